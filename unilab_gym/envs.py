@@ -1,0 +1,67 @@
+"""``QuadrupedEnv``: the single-robot ``gymnasium.Env`` face of ``UniLab/Quadruped-v0``.
+
+It is a :class:`~unilab_gym.vector_env.UniLabVectorEnv` of one env with autoreset disabled,
+so a single env and env ``i`` of a vector env seeded ``s - i`` follow the same trajectory,
+bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from unilab_gym.vector_env import UniLabVectorEnv
+
+
+class QuadrupedEnv(gym.Env):
+    """One Unitree A1 following a velocity command (see :class:`UniLabVectorEnv` for the task).
+
+    ``observation_space``: Box(-inf, inf, (48,), float32); ``action_space``: Box(-1, 1, (12,), float32).
+    ``reward`` is a float, ``info["reward_terms"]`` a dict of the weighted terms (floats).
+
+    Args:
+        render_mode: ``None`` or ``"rgb_array"`` ((240, 320, 3) uint8 frames).
+        **kwargs: the task arguments of :class:`UniLabVectorEnv` (``dt``, ``substeps``, ``kp``, ...).
+    """
+
+    def __init__(self, render_mode: str | None = None, **kwargs: Any):
+        for key in ("num_envs", "autoreset_mode", "envs_per_cluster"):
+            if key in kwargs:
+                raise TypeError(f"QuadrupedEnv got vector-env argument {key!r}; use UniLabVectorEnv for several envs")
+        self._vec = UniLabVectorEnv(1, render_mode=render_mode, autoreset_mode="Disabled", **kwargs)
+        self.render_mode = render_mode
+        self.metadata = {"render_modes": ["rgb_array"], "render_fps": self._vec.metadata["render_fps"]}
+        self.observation_space = self._vec.single_observation_space
+        self.action_space = self._vec.single_action_space
+        self._done = False
+
+    @property
+    def vector_env(self) -> UniLabVectorEnv:
+        """The one-env :class:`UniLabVectorEnv` underneath."""
+        return self._vec
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        obs, info = self._vec.reset(seed=seed, options=options)
+        self._done = False
+        return obs[0], {"command": info["command"][0].copy()}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Raises ValueError for a wrong shape or NaN/inf; gymnasium.error.ResetNeeded before ``reset``."""
+        try:
+            batched = np.asarray(action, dtype=np.float64)[None]
+        except (TypeError, ValueError):
+            raise ValueError(f"action must be a numeric array of shape (12,), got {action!r}") from None
+        if batched.shape != (1, 12):
+            raise ValueError(f"action must have shape (12,), got {batched.shape[1:]}")
+        obs, reward, terminated, truncated, info = self._vec.step(batched)
+        terms = {k: float(v[0]) for k, v in info["reward_terms"].items() if not k.startswith("_")}
+        return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), {"reward_terms": terms}
+
+    def render(self) -> np.ndarray | None:
+        return self._vec.render_env(0) if self.render_mode == "rgb_array" else None
+
+    def close(self) -> None:
+        self._vec.close()

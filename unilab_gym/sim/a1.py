@@ -1,0 +1,39 @@
+"""Constants of the Unitree A1 model shipped with ``pybullet_data`` (``a1/a1.urdf``).
+
+Joint order used everywhere in unilab-gym (12 actuated revolute joints)::
+
+    FR_hip, FR_thigh, FR_calf, FL_hip, FL_thigh, FL_calf,
+    RR_hip, RR_thigh, RR_calf, RL_hip, RL_thigh, RL_calf
+
+(the URDF calls the thigh and calf joints ``*_upper_joint`` and ``*_lower_joint``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pybullet_data
+
+URDF_PATH = pybullet_data.getDataPath() + "/a1/a1.urdf"
+PLANE_PATH = pybullet_data.getDataPath() + "/plane.urdf"
+
+#: Number of actuated joints.
+NUM_JOINTS = 12
+
+#: URDF joint names of the 12 actuated joints, in unilab-gym's order.
+JOINT_NAMES: tuple[str, ...] = tuple(
+    f"{leg}_{part}_joint" for leg in ("FR", "FL", "RR", "RL") for part in ("hip", "upper", "lower")
+)
+
+#: Nominal standing pose in rad, in joint order. Source: legged_gym's A1 config
+#: (``a1_config.py``, Rudin et al. 2022, "Learning to Walk in Minutes Using Massively
+#: Parallel Deep RL"): hip ±0.1, thigh 0.8 (front) / 1.0 (rear), calf -1.5.
+NOMINAL_JOINT_POS = np.array(
+    [-0.1, 0.8, -1.5, 0.1, 0.8, -1.5, -0.1, 1.0, -1.5, 0.1, 1.0, -1.5], dtype=np.float64
+)
+
+#: Base (trunk) height in m at which the robot is spawned, feet just above the ground
+#: in the nominal pose (thigh and calf are 0.2 m each in the URDF).
+SPAWN_HEIGHT = 0.32
+
+#: Distance in m between neighbouring robots of one cluster, across the walking direction.
+LANE_SPACING = 2.0

@@ -1,0 +1,185 @@
+"""One EIC (Environment Instance Cluster): a single pybullet world hosting many A1 robots.
+
+This module is the only place in unilab-gym that calls pybullet. A :class:`ClusterWorld`
+owns one ``DIRECT`` physics client with a ground plane and ``num_robots`` A1s placed in
+lanes :data:`~unilab_gym.sim.a1.LANE_SPACING` m apart. Robots never collide with each
+other (collision group/mask filtering: robots are in group 2 and only collide with the
+ground's group 1) and the broadphase pairs are sorted (``deterministicOverlappingPairs``),
+so a robot's trajectory is bit-identical whatever its neighbours do.
+
+A control step is one deterministic *slice*: write all PD targets, advance the world
+``substeps`` times (explicit PD torques recomputed every substep), then read every
+robot's state into preallocated arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import pybullet as p
+
+from unilab_gym.sim import a1
+
+_ROBOT_GROUP = 2  # collision group of every robot link
+_GROUND_GROUP = 1  # collision group of the plane
+
+
+@dataclass
+class RobotState:
+    """States of n robots, float64 unless noted; row ``i`` is robot ``i``.
+
+    ``base_pos`` (n, 3) m, world frame; ``base_quat`` (n, 4) xyzw, base -> world; ``lin_vel`` (n, 3)
+    m/s and ``ang_vel`` (n, 3) rad/s, world frame; ``joint_pos`` (n, 12) rad; ``joint_vel`` (n, 12)
+    rad/s; ``trunk_contact`` (n,) bool, the trunk touches the ground; ``torques`` (n, 12) N·m,
+    the PD torques applied during the last substep.
+    """
+
+    base_pos: np.ndarray
+    base_quat: np.ndarray
+    lin_vel: np.ndarray
+    ang_vel: np.ndarray
+    joint_pos: np.ndarray
+    joint_vel: np.ndarray
+    trunk_contact: np.ndarray
+    torques: np.ndarray
+
+    @classmethod
+    def zeros(cls, n: int) -> "RobotState":
+        j = a1.NUM_JOINTS
+        return cls(
+            np.zeros((n, 3)), np.zeros((n, 4)), np.zeros((n, 3)), np.zeros((n, 3)),
+            np.zeros((n, j)), np.zeros((n, j)), np.zeros(n, dtype=bool), np.zeros((n, j)),
+        )
+
+    def rows(self, rows: slice) -> "RobotState":
+        """Views (no copy) of the rows ``rows`` of every array."""
+        return RobotState(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+    def __len__(self) -> int:
+        return self.base_pos.shape[0]
+
+
+class ClusterWorld:
+    """A pybullet world with ``num_robots`` A1 quadrupeds advanced in lockstep.
+
+    Args:
+        state: where this world writes its robots' states (:meth:`read_state`); its length is
+            the number of robots (>= 1). Pass views of a larger :class:`RobotState` to gather
+            several worlds' robots in one set of arrays without copies.
+        dt: physics time step in s.
+        solver_iterations: pybullet ``numSolverIterations``.
+        visual: load visual shapes (needed only for rendering; costs ~19 MB per robot).
+    """
+
+    def __init__(self, state: RobotState, dt: float, solver_iterations: int, visual: bool = False):
+        num_robots = len(state)
+        if num_robots < 1:
+            raise ValueError(f"a cluster needs at least one robot, got {num_robots}")
+        self.num_robots = num_robots
+        self.state = state
+        self._client = p.connect(p.DIRECT)
+        c = self._client
+        p.setGravity(0.0, 0.0, -9.81, physicsClientId=c)
+        p.setPhysicsEngineParameter(
+            fixedTimeStep=dt,
+            numSolverIterations=solver_iterations,
+            deterministicOverlappingPairs=1,
+            physicsClientId=c,
+        )
+        self._plane = p.loadURDF(a1.PLANE_PATH, physicsClientId=c)
+        p.setCollisionFilterGroupMask(self._plane, -1, _GROUND_GROUP, 0xFFFF, physicsClientId=c)
+        flags = 0 if visual else p.URDF_IGNORE_VISUAL_SHAPES
+        self._robots: list[int] = []
+        self._lanes = np.arange(num_robots, dtype=np.float64) * a1.LANE_SPACING
+        for i in range(num_robots):
+            robot = p.loadURDF(a1.URDF_PATH, [0.0, self._lanes[i], a1.SPAWN_HEIGHT], flags=flags, physicsClientId=c)
+            for link in range(-1, p.getNumJoints(robot, physicsClientId=c)):
+                p.setCollisionFilterGroupMask(robot, link, _ROBOT_GROUP, _GROUND_GROUP, physicsClientId=c)
+            self._robots.append(robot)
+        names = [p.getJointInfo(self._robots[0], j, physicsClientId=c)[1].decode() for j in range(p.getNumJoints(self._robots[0], physicsClientId=c))]
+        self.joint_ids = [names.index(n) for n in a1.JOINT_NAMES]
+        #: Torque limit of each joint in N·m, from the URDF ``<limit effort=...>``.
+        self.torque_limits = np.array(
+            [p.getJointInfo(self._robots[0], j, physicsClientId=c)[10] for j in self.joint_ids]
+        )
+        for robot in self._robots:
+            # pybullet's default velocity motors would fight the torques we apply.
+            p.setJointMotorControlArray(robot, self.joint_ids, p.VELOCITY_CONTROL, forces=[0.0] * a1.NUM_JOINTS, physicsClientId=c)
+        self._closed = False
+
+    def reset_robots(self, idx: np.ndarray, joint_pos: np.ndarray) -> None:
+        """Put robots ``idx`` back at their spawn pose, upright and at rest.
+
+        Args:
+            idx: (k,) int, robot indices in this world.
+            joint_pos: (k, 12) float64, joint angles in rad.
+        """
+        c = self._client
+        for row, i in enumerate(idx):
+            robot = self._robots[i]
+            p.resetBasePositionAndOrientation(robot, [0.0, self._lanes[i], a1.SPAWN_HEIGHT], [0.0, 0.0, 0.0, 1.0], physicsClientId=c)
+            p.resetBaseVelocity(robot, [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], physicsClientId=c)
+            for k, j in enumerate(self.joint_ids):
+                p.resetJointState(robot, j, joint_pos[row, k], 0.0, physicsClientId=c)
+        self.state.torques[idx] = 0.0
+
+    def step(self, targets: np.ndarray, kp: np.ndarray, kd: np.ndarray, torque_limits: np.ndarray, substeps: int) -> None:
+        """Advance the world one slice of ``substeps`` physics steps under PD control.
+
+        Every substep applies ``tau = clip(kp * (targets - q) - kd * qd, -limit, limit)`` to
+        every joint of every robot, then calls ``stepSimulation`` once.
+
+        Args:
+            targets: (n, 12) joint position targets in rad.
+            kp: (n, 12) stiffness in N·m/rad. kd: (n, 12) damping in N·m·s/rad.
+            torque_limits: (n, 12) N·m.
+            substeps: physics steps per slice.
+        """
+        c = self._client
+        ids = self.joint_ids
+        robots = self._robots
+        q = self.state.joint_pos
+        qd = self.state.joint_vel
+        for _ in range(substeps):
+            for i, robot in enumerate(robots):
+                states = p.getJointStates(robot, ids, physicsClientId=c)
+                q[i] = [s[0] for s in states]
+                qd[i] = [s[1] for s in states]
+            tau = np.clip(kp * (targets - q) - kd * qd, -torque_limits, torque_limits)
+            for i, robot in enumerate(robots):
+                p.setJointMotorControlArray(robot, ids, p.TORQUE_CONTROL, forces=tau[i], physicsClientId=c)
+            p.stepSimulation(physicsClientId=c)
+        self.state.torques[:] = tau
+
+    def read_state(self) -> None:
+        """Refresh every state array from the physics world."""
+        c = self._client
+        for i, robot in enumerate(self._robots):
+            pos, quat = p.getBasePositionAndOrientation(robot, physicsClientId=c)
+            lin, ang = p.getBaseVelocity(robot, physicsClientId=c)
+            st = self.state
+            st.base_pos[i] = pos
+            st.base_quat[i] = quat
+            st.lin_vel[i] = lin
+            st.ang_vel[i] = ang
+            states = p.getJointStates(robot, self.joint_ids, physicsClientId=c)
+            st.joint_pos[i] = [s[0] for s in states]
+            st.joint_vel[i] = [s[1] for s in states]
+            st.trunk_contact[i] = bool(p.getContactPoints(robot, self._plane, -1, -1, physicsClientId=c))
+
+    def render(self, robot: int, width: int, height: int) -> np.ndarray:
+        """An RGB frame (height, width, 3) uint8 of a camera following robot ``robot``."""
+        c = self._client
+        target = self.state.base_pos[robot].copy()
+        target[2] = 0.25
+        view = p.computeViewMatrixFromYawPitchRoll(target.tolist(), 1.2, 45.0, -25.0, 0.0, 2, physicsClientId=c)
+        proj = p.computeProjectionMatrixFOV(60.0, width / height, 0.05, 20.0, physicsClientId=c)
+        _, _, rgba, _, _ = p.getCameraImage(width, height, view, proj, renderer=p.ER_TINY_RENDERER, physicsClientId=c)
+        return np.asarray(rgba, dtype=np.uint8).reshape(height, width, 4)[:, :, :3].copy()
+
+    def close(self) -> None:
+        """Disconnect the physics client. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            p.disconnect(physicsClientId=self._client)
