@@ -198,6 +198,8 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
 
         self.command = np.zeros((n, 3))
         self.episode_step = np.zeros(n, dtype=np.int64)
+        #: (N,) int64: seed of each env's current episode (drawn from the env's stream at reset).
+        self.episode_seed = np.zeros(n, dtype=np.int64)
         self._obs = np.zeros((n, task.OBS_DIM), dtype=np.float32)
         self._last_action = np.zeros((n, task.ACT_DIM))
         self._autoreset_envs = np.zeros(n, dtype=bool)
@@ -404,18 +406,25 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         raise AssertionError("unreachable")
 
     def _reset_envs(self, mask: np.ndarray) -> None:
-        """New episode for the envs of ``mask``: command, initial pose and counters from each env's stream."""
+        """New episode for the envs of ``mask``.
+
+        Each env draws an episode seed from its own stream; the episode's command, initial
+        pose and lane come from that seed alone (see :mod:`unilab_gym.sim.world` for why the
+        lane matters to determinism).
+        """
         idx = np.flatnonzero(mask)
         joint_pos = np.empty((idx.size, task.ACT_DIM))
         lo, hi = self.command_ranges[:, 0], self.command_ranges[:, 1]
         for row, i in enumerate(idx):
-            rng = self._env_rngs[i]
+            self.episode_seed[i] = self._env_rngs[i].integers(2**63)
+            rng = np.random.default_rng(int(self.episode_seed[i]))
             self.command[i] = rng.uniform(lo, hi)
             joint_pos[row] = self.nominal_joint_pos[i] + rng.uniform(-self.init_joint_noise, self.init_joint_noise, task.ACT_DIM)
+        lanes = self.episode_seed[idx] % a1.NUM_LANES
         for rows, world in self._clusters:
-            local = idx[(idx >= rows.start) & (idx < rows.stop)]
-            if local.size:
-                world.reset_robots(local - rows.start, joint_pos[np.searchsorted(idx, local)])
+            inside = (idx >= rows.start) & (idx < rows.stop)
+            if inside.any():
+                world.reset_robots(idx[inside] - rows.start, lanes[inside], joint_pos[inside])
         self.episode_step[idx] = 0
         self._last_action[idx] = 0.0
 
@@ -433,7 +442,12 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         )
 
     def _reset_info(self, mask: np.ndarray) -> dict[str, Any]:
-        return {"command": np.where(mask[:, None], self.command, 0.0), "_command": mask.copy()}
+        return {
+            "command": np.where(mask[:, None], self.command, 0.0),
+            "_command": mask.copy(),
+            "episode_seed": np.where(mask, self.episode_seed, 0),
+            "_episode_seed": mask.copy(),
+        }
 
     @staticmethod
     def _step_info(terms: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, Any]:

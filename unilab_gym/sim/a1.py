@@ -14,7 +14,7 @@ import numpy as np
 import pybullet_data
 
 URDF_PATH = pybullet_data.getDataPath() + "/a1/a1.urdf"
-PLANE_PATH = pybullet_data.getDataPath() + "/plane.urdf"
+PLANE_MESH_PATH = pybullet_data.getDataPath() + "/plane100.obj"
 
 #: Number of actuated joints.
 NUM_JOINTS = 12
@@ -35,5 +35,9 @@ NOMINAL_JOINT_POS = np.array(
 #: in the nominal pose (thigh and calf are 0.2 m each in the URDF).
 SPAWN_HEIGHT = 0.32
 
-#: Distance in m between neighbouring robots of one cluster, across the walking direction.
+#: Distance in m between neighbouring lanes of a world, across the walking direction.
 LANE_SPACING = 2.0
+
+#: Number of lanes in a world. A robot's lane comes from its episode seed (see
+#: :meth:`unilab_gym.sim.world.ClusterWorld.reset_robots`), never from its slot in the world.
+NUM_LANES = 64

@@ -1,11 +1,19 @@
 """One EIC (Environment Instance Cluster): a single pybullet world hosting many A1 robots.
 
 This module is the only place in unilab-gym that calls pybullet. A :class:`ClusterWorld`
-owns one ``DIRECT`` physics client with a ground plane and ``num_robots`` A1s placed in
-lanes :data:`~unilab_gym.sim.a1.LANE_SPACING` m apart. Robots never collide with each
-other (collision group/mask filtering: robots are in group 2 and only collide with the
-ground's group 1) and the broadphase pairs are sorted (``deterministicOverlappingPairs``),
-so a robot's trajectory is bit-identical whatever its neighbours do.
+owns one ``DIRECT`` physics client with a ground plane and several A1s side by side.
+Robots never collide with each other (collision group/mask filtering: robots are in group 2
+and only collide with the ground's group 1) and the broadphase pairs are sorted
+(``deterministicOverlappingPairs``), so a robot's trajectory does not depend on what its
+neighbours do.
+
+It does depend on *where* the robot stands: pybullet's contact math is done in world
+coordinates, so the same robot 2 m to the side rounds differently and drifts apart after a
+few steps (measured: 1e-13 after 2 control steps, then chaotic growth). Robots therefore
+are not placed by their slot in the world but in a lane chosen by the caller at each reset
+(unilab-gym derives it from the episode seed), so a robot follows the same trajectory
+alone or among any neighbours. Robots of one world share a lane only by chance, which costs
+broadphase time (overlapping bounding boxes) but never changes results.
 
 A control step is one deterministic *slice*: write all PD targets, advance the world
 ``substeps`` times (explicit PD torques recomputed every substep), then read every
@@ -60,6 +68,11 @@ class RobotState:
         return self.base_pos.shape[0]
 
 
+def _lane_y(lane: int) -> float:
+    """y coordinate in m of lane ``lane``: lanes are LANE_SPACING apart, centred on y = 0."""
+    return (lane - a1.NUM_LANES // 2) * a1.LANE_SPACING
+
+
 class ClusterWorld:
     """A pybullet world with ``num_robots`` A1 quadrupeds advanced in lockstep.
 
@@ -87,13 +100,19 @@ class ClusterWorld:
             deterministicOverlappingPairs=1,
             physicsClientId=c,
         )
-        self._plane = p.loadURDF(a1.PLANE_PATH, physicsClientId=c)
+        # An infinite ground plane (pybullet_data's plane.urdf is a 200 m box: lanes and long
+        # walks would leave it), friction 1 as in plane.urdf.
+        ground_visual = p.createVisualShape(p.GEOM_MESH, fileName=a1.PLANE_MESH_PATH, physicsClientId=c) if visual else -1
+        self._plane = p.createMultiBody(
+            0.0, p.createCollisionShape(p.GEOM_PLANE, physicsClientId=c), ground_visual, physicsClientId=c
+        )
+        p.changeDynamics(self._plane, -1, lateralFriction=1.0, physicsClientId=c)
         p.setCollisionFilterGroupMask(self._plane, -1, _GROUND_GROUP, 0xFFFF, physicsClientId=c)
         flags = 0 if visual else p.URDF_IGNORE_VISUAL_SHAPES
         self._robots: list[int] = []
-        self._lanes = np.arange(num_robots, dtype=np.float64) * a1.LANE_SPACING
         for i in range(num_robots):
-            robot = p.loadURDF(a1.URDF_PATH, [0.0, self._lanes[i], a1.SPAWN_HEIGHT], flags=flags, physicsClientId=c)
+            spawn = [0.0, _lane_y(i % a1.NUM_LANES), a1.SPAWN_HEIGHT]
+            robot = p.loadURDF(a1.URDF_PATH, spawn, flags=flags, physicsClientId=c)
             for link in range(-1, p.getNumJoints(robot, physicsClientId=c)):
                 p.setCollisionFilterGroupMask(robot, link, _ROBOT_GROUP, _GROUND_GROUP, physicsClientId=c)
             self._robots.append(robot)
@@ -108,17 +127,19 @@ class ClusterWorld:
             p.setJointMotorControlArray(robot, self.joint_ids, p.VELOCITY_CONTROL, forces=[0.0] * a1.NUM_JOINTS, physicsClientId=c)
         self._closed = False
 
-    def reset_robots(self, idx: np.ndarray, joint_pos: np.ndarray) -> None:
-        """Put robots ``idx`` back at their spawn pose, upright and at rest.
+    def reset_robots(self, idx: np.ndarray, lanes: np.ndarray, joint_pos: np.ndarray) -> None:
+        """Put robots ``idx`` upright and at rest at the start of lanes ``lanes``.
 
         Args:
             idx: (k,) int, robot indices in this world.
+            lanes: (k,) int in [0, NUM_LANES), lane of each robot (see :func:`_lane_y`).
             joint_pos: (k, 12) float64, joint angles in rad.
         """
         c = self._client
         for row, i in enumerate(idx):
             robot = self._robots[i]
-            p.resetBasePositionAndOrientation(robot, [0.0, self._lanes[i], a1.SPAWN_HEIGHT], [0.0, 0.0, 0.0, 1.0], physicsClientId=c)
+            base = [0.0, _lane_y(int(lanes[row])), a1.SPAWN_HEIGHT]
+            p.resetBasePositionAndOrientation(robot, base, [0.0, 0.0, 0.0, 1.0], physicsClientId=c)
             p.resetBaseVelocity(robot, [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], physicsClientId=c)
             for k, j in enumerate(self.joint_ids):
                 p.resetJointState(robot, j, joint_pos[row, k], 0.0, physicsClientId=c)
