@@ -25,7 +25,7 @@ from unilab_gym.sim.world import ClusterWorld, RobotState
 from unilab_gym.tasks import quadruped as task
 
 #: Default robots per pybullet world; see README "Choosing envs_per_cluster" for the benchmark.
-DEFAULT_ENVS_PER_CLUSTER = 16
+DEFAULT_ENVS_PER_CLUSTER = 32
 
 
 def _range(name: str, value: Sequence[float]) -> tuple[float, float]:

@@ -36,8 +36,8 @@ NOMINAL_JOINT_POS = np.array(
 SPAWN_HEIGHT = 0.32
 
 #: Distance in m between neighbouring lanes of a world, across the walking direction.
-LANE_SPACING = 2.0
+LANE_SPACING = 1.0
 
 #: Number of lanes in a world. A robot's lane comes from its episode seed (see
 #: :meth:`unilab_gym.sim.world.ClusterWorld.reset_robots`), never from its slot in the world.
-NUM_LANES = 64
+NUM_LANES = 128

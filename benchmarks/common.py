@@ -1,0 +1,106 @@
+"""Shared benchmark machinery: interleaved repeats in fresh processes, medians, ratios, machine info.
+
+Every configuration runs in a fresh spawned process (so peak RSS is its own), and the
+configurations are interleaved (A B C A B C ...) so machine noise hits them alike.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import statistics
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from importlib import metadata
+from typing import Any
+
+import psutil
+from tqdm import tqdm
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def tree_rss_mb() -> float:
+    """Current RSS in MB of this process plus all its descendants."""
+    me = psutil.Process()
+    total = me.memory_info().rss
+    for child in me.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total / 2**20
+
+
+def peak_rss_mb() -> float:
+    """Peak RSS in MB of this process (``ru_maxrss``, Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _run_one(fn: Callable[..., dict[str, float]], kwargs: dict[str, Any]) -> dict[str, float]:
+    return fn(**kwargs)
+
+
+def run_interleaved(
+    configs: dict[str, tuple[Callable[..., dict[str, float]], dict[str, Any]]],
+    repeats: int,
+    desc: str = "benchmark",
+) -> dict[str, list[dict[str, float]]]:
+    """Run every config ``repeats`` times, interleaved, each run in a fresh spawned process.
+
+    Args:
+        configs: name -> (module-level function, kwargs); the function returns a dict of metrics.
+        repeats: runs per config.
+
+    Returns:
+        name -> list of per-repeat metric dicts (a failed run raises).
+    """
+    ctx = mp.get_context("spawn")
+    out: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
+    order = [name for _ in range(repeats) for name in configs]
+    with tqdm(total=len(order), desc=desc, unit="run") as bar:
+        for name in order:
+            bar.set_postfix_str(name)
+            fn, kwargs = configs[name]
+            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+                out[name].append(pool.submit(_run_one, fn, kwargs).result())
+            bar.update()
+    return out
+
+
+def summarize(runs: list[dict[str, float]], key: str) -> tuple[float, float, float]:
+    """(median, min, max) of metric ``key`` over repeats."""
+    values = [r[key] for r in runs]
+    return statistics.median(values), min(values), max(values)
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, cores, RAM and the versions of the packages that matter here."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    versions = {}
+    for pkg in ("unilab-gym", "numpy", "gymnasium", "pybullet", "stable-baselines3", "torch", "tianshou"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "cpu": cpu,
+        "cores": psutil.cpu_count(logical=True),
+        "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
+
+
+def write_json(path: str, payload: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)
