@@ -273,10 +273,10 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         targets = self.nominal_joint_pos + self.action_scale * action
         for rows, world in self._clusters:
             world.step(targets[rows], self.kp[rows], self.kd[rows], self.torque_limits[rows], self.substeps)
+        self.episode_step += 1
         if restarting.any():
             self._reset_envs(restarting)  # after the slice, so the new episode starts at rest
         self._read_states(np.ones(self.num_envs, dtype=bool))
-        self.episode_step += 1
 
         previous_action = self._last_action
         self._last_action = action

@@ -1,0 +1,118 @@
+"""Versioned policy weights in shared memory: the learner publishes, collectors read, no torn reads.
+
+Segment layout::
+
+    [ header: 8 int64 | buffer 0: size float32 | buffer 1: size float32 ]
+
+    header[0] version      newest complete version (0 = nothing published yet)
+    header[1] size         number of float32 values of one copy of the weights
+    header[2] seq0         sequence counter of buffer 0 (odd while it is being written)
+    header[3] seq1         sequence counter of buffer 1
+
+Publishing version ``v`` writes buffer ``v % 2`` inside its sequence lock (``seq += 1`` before,
+``seq += 1`` after), then sets ``version = v``. A reader takes ``v = version``, checks that
+``seq[v % 2]`` is even, copies the buffer, and accepts the copy only if ``seq[v % 2]`` did not
+change meanwhile; otherwise it retries. The double buffer means a reader only retries when the
+learner publishes twice during one copy. (The UniLab reference reads weights unlocked.)
+
+One writer only (the learner). x86 and ARM64 keep the order of these aligned 8-byte stores and
+loads as seen from Python, because every access is a separate numpy call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from unilab_gym.replay.segment import Segment
+
+_VERSION, _SIZE, _SEQ0 = 0, 1, 2
+_HEADER_INTS = 8
+_HEADER_BYTES = 8 * _HEADER_INTS
+MAX_READ_RETRIES = 10_000
+
+
+@dataclass(frozen=True)
+class WeightsHandle:
+    """Picklable handle of a weights segment: its name and the number of float32 values."""
+
+    name: str
+    size: int
+
+
+class SharedWeights:
+    """A double-buffered, sequence-locked float32 vector in shared memory.
+
+    ``SharedWeights(size)`` creates and owns the segment (the learner); ``SharedWeights.attach(handle)``
+    maps it in another process (a collector), which never unlinks it.
+
+    Args:
+        size: number of float32 values (>= 1), e.g. the parameter count of the actor.
+    """
+
+    def __init__(self, size: int, _segment: Segment | None = None):
+        if _segment is None:
+            if size < 1:
+                raise ValueError(f"size must be >= 1, got {size}")
+            _segment = Segment.create(_HEADER_BYTES + 2 * 4 * size)
+        self._segment = _segment
+        self._header = np.frombuffer(_segment.buf, np.int64, _HEADER_INTS)
+        if _segment.owner:
+            self._header[_SIZE] = size
+        self.size = int(self._header[_SIZE])
+        self._buffers = [
+            np.frombuffer(_segment.buf, np.float32, self.size, _HEADER_BYTES + k * 4 * self.size) for k in (0, 1)
+        ]
+
+    @classmethod
+    def attach(cls, handle: WeightsHandle) -> "SharedWeights":
+        """Map the segment of ``handle`` as a reader (raises ``SegmentNotFoundError`` if it is gone)."""
+        return cls(handle.size, Segment.attach(handle.name))
+
+    @property
+    def handle(self) -> WeightsHandle:
+        return WeightsHandle(self._segment.name, self.size)
+
+    @property
+    def version(self) -> int:
+        """Newest complete version (0 before the first publish)."""
+        return int(self._header[_VERSION])
+
+    def publish(self, values: np.ndarray) -> int:
+        """Write ``values`` ((size,) float32-convertible) as the next version; return that version."""
+        if values.shape != (self.size,):
+            raise ValueError(f"weights must have shape ({self.size},), got {values.shape}")
+        version = int(self._header[_VERSION]) + 1
+        k = version % 2
+        self._header[_SEQ0 + k] += 1  # odd: being written
+        self._buffers[k][:] = values
+        self._header[_SEQ0 + k] += 1  # even: complete
+        self._header[_VERSION] = version
+        return version
+
+    def read(self, out: np.ndarray) -> int:
+        """Copy the newest complete version into ``out`` ((size,) float32); return its version.
+
+        Raises:
+            RuntimeError: nothing has been published yet, or the copy kept being overwritten
+                (``MAX_READ_RETRIES`` times).
+        """
+        for _ in range(MAX_READ_RETRIES):
+            version = int(self._header[_VERSION])
+            if version == 0:
+                raise RuntimeError("no weights have been published yet")
+            k = version % 2
+            before = int(self._header[_SEQ0 + k])
+            if before % 2:
+                continue
+            out[:] = self._buffers[k]
+            if int(self._header[_SEQ0 + k]) == before:
+                return version
+        raise RuntimeError(f"could not read consistent weights in {MAX_READ_RETRIES} tries")
+
+    def close(self) -> None:
+        """Unmap (the owner also unlinks). Idempotent."""
+        self._header = None  # type: ignore[assignment]
+        self._buffers = []
+        self._segment.close()
