@@ -48,12 +48,15 @@ def run_interleaved(
     configs: dict[str, tuple[Callable[..., dict[str, float]], dict[str, Any]]],
     repeats: int,
     desc: str = "benchmark",
+    fresh_process: bool = True,
 ) -> dict[str, list[dict[str, float]]]:
     """Run every config ``repeats`` times, interleaved, each run in a fresh spawned process.
 
     Args:
         configs: name -> (module-level function, kwargs); the function returns a dict of metrics.
         repeats: runs per config.
+        fresh_process: ``False`` runs in this process (smoke tests: no start-up cost, but RSS
+            figures are then not per configuration).
 
     Returns:
         name -> list of per-repeat metric dicts (a failed run raises).
@@ -65,6 +68,10 @@ def run_interleaved(
         for name in order:
             bar.set_postfix_str(name)
             fn, kwargs = configs[name]
+            if not fresh_process:
+                out[name].append(fn(**kwargs))
+                bar.update()
+                continue
             with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
                 out[name].append(pool.submit(_run_one, fn, kwargs).result())
             bar.update()

@@ -1,0 +1,371 @@
+"""UniLab vs stock Stable-Baselines3, side by side, on this machine, in one run.
+
+    python benchmarks/compare_sb3.py --quick      # about 3 minutes on 2 cores
+    python benchmarks/compare_sb3.py              # the real numbers, under 30 minutes
+    python benchmarks/compare_sb3.py --smoke      # well under a minute, for CI
+    python benchmarks/compare_sb3.py --only env,replay --num-envs 64 --seeds 3
+
+Sections (``--only``):
+- ``env``: env-steps/s and RSS (process tree) of the raw pybullet loop (same worlds, PD and
+  solver settings, no task code), ``UniLabVectorEnv``, ``AsyncRunner`` collectors (2 processes,
+  random actions, writing to the shared replay), SB3 ``DummyVecEnv`` over single envs, and SB3
+  ``SubprocVecEnv`` / gymnasium ``AsyncVectorEnv`` with 2 workers (one env per process, as they
+  are built: their env-steps/s is per 2 envs).
+- ``replay``: add throughput, sample latency and bytes of ``SharedReplayBuffer`` vs SB3
+  ``ReplayBuffer`` vs Tianshou ``VectorReplayBuffer`` (``benchmarks/bench_replay.py``).
+- ``sac``: stock SB3 SAC on ``SB3VecEnv`` (train_freq=1, gradient_steps=1, batch 256), the same
+  with ``SharedReplayBuffer``, and ``AsyncRunner`` with 2 collectors; equal replay ratio
+  (1 gradient step per ``--num-envs`` transitions) and equal env steps.
+- ``ppo``: stock SB3 PPO on ``SB3VecEnv`` (one process) and on ``SubprocVecEnv`` (8 worker
+  processes of one env each, ``n_steps`` scaled so the rollout has the same size).
+
+Every configuration runs in a fresh process; configurations are interleaved (A B C A B C ...)
+and repeated (``--seeds``); the tables give medians, [min, max] and ratios against stock SB3.
+Training episodes are cut at 250 steps (5 s) so that short runs finish episodes; the final
+return is a deterministic evaluation of the trained policy on 16 envs.
+
+Writes ``compare_sb3.md`` (tables), ``compare_sb3.json`` (raw per-repeat numbers, machine,
+versions) and ``compare_sb3.png`` (throughput bars, return vs wall clock) to ``--out``
+(default ``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_env  # noqa: E402
+from common import RESULTS_DIR, machine_info, run_interleaved, summarize, tree_rss_mb, write_json  # noqa: E402
+
+ID = "UniLab/Quadruped-v0"
+EPISODE_STEPS = 250
+EVAL_ENVS = 16
+
+MODES = {
+    #          env steps/run, env repeats, replay capacity, sac/ppo env steps, sac/ppo seeds
+    "smoke": dict(num_envs=8, env_steps=5, env_repeats=1, replay_capacity=20_000, rl_steps=128, seeds=1),
+    "quick": dict(num_envs=64, env_steps=30, env_repeats=2, replay_capacity=200_000, rl_steps=64 * 40, seeds=1),
+    "default": dict(num_envs=64, env_steps=100, env_repeats=3, replay_capacity=1_000_000, rl_steps=64 * 800, seeds=3),
+}
+
+
+# ----------------------------------------------------------------------------- env section
+def run_collectors(num_envs: int, steps: int, warmup: int) -> dict[str, float]:
+    """Env-steps/s of 2 AsyncRunner collectors (random actions: before learning_starts)."""
+    from stable_baselines3 import SAC
+
+    from unilab_gym import AsyncRunner, SharedReplayBuffer
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    total = steps * num_envs
+    capacity = 2 * (total + warmup * num_envs)  # learning never starts: collectors act at random
+    model = SAC("MlpPolicy", make_sb3_env(ID, 1), replay_buffer_class=SharedReplayBuffer,
+                buffer_size=capacity, learning_starts=capacity)
+    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=max(1, num_envs // 2), replay_ratio=0.0) as runner:
+        runner.learn(warmup * num_envs)  # start-up (spawn, imports) is not timed
+        t0 = time.perf_counter()
+        runner.learn(total, reset_num_timesteps=False)
+        elapsed = time.perf_counter() - t0
+        rss = tree_rss_mb()
+    model.replay_buffer.close()
+    return {"env_steps_per_s": total / elapsed, "rss_mb": rss}
+
+
+def env_configs(num_envs: int, steps: int) -> dict[str, tuple[Any, dict[str, Any]]]:
+    common = dict(num_envs=num_envs, steps=steps, warmup=3)
+    two = dict(num_envs=2, steps=steps * 8, warmup=3)
+    return {
+        "raw pybullet (physics limit)": (bench_env.run_raw, common),
+        "UniLabVectorEnv (1 process)": (bench_env.run_unilab, common),
+        "AsyncRunner collectors (2 processes)": (run_collectors, common),
+        "SB3 DummyVecEnv": (bench_env.run_dummy, common),
+        "SB3 SubprocVecEnv (2 workers)": (bench_env.run_subproc, two),
+        "gymnasium AsyncVectorEnv (2 workers)": (bench_env.run_async, two),
+    }
+
+
+# ----------------------------------------------------------------------------- RL sections
+class _Curve:
+    """SB3 callback factory: records (wall s, env steps, mean return of the last 20 episodes)."""
+
+    @staticmethod
+    def make():
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        class Curve(BaseCallback):
+            def __init__(self):
+                super().__init__()
+                self.points: list[tuple[float, int, float]] = []
+                self.t0 = time.perf_counter()
+                self._seen = 0
+
+            def _on_step(self) -> bool:
+                buf = self.model.ep_info_buffer
+                n = self.model._episode_num if hasattr(self.model, "_episode_num") else len(buf)
+                if buf and n != self._seen:
+                    self._seen = n
+                    recent = [e["r"] for e in list(buf)[-20:]]
+                    self.points.append((time.perf_counter() - self.t0, int(self.num_timesteps), float(np.mean(recent))))
+                return True
+
+        return Curve()
+
+
+def evaluate(model: Any, seed: int) -> float:
+    """Mean return of one deterministic episode on each of EVAL_ENVS envs."""
+    from unilab_gym import UniLabVectorEnv
+
+    env = UniLabVectorEnv(EVAL_ENVS, max_episode_steps=EPISODE_STEPS)
+    obs, _ = env.reset(seed=10_000 + seed)
+    returns = np.zeros(EVAL_ENVS)
+    running = np.ones(EVAL_ENVS, bool)
+    while running.any():
+        action, _ = model.predict(obs, deterministic=True)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        returns += reward * running
+        running &= ~(terminated | truncated)
+    env.close()
+    return float(returns.mean())
+
+
+def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, Any]:
+    """One SAC run: ``kind`` is ``stock``, ``shared`` (SB3 + SharedReplayBuffer) or ``async``."""
+    import torch
+    from stable_baselines3 import SAC
+
+    from unilab_gym import AsyncRunner, SharedReplayBuffer
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    env = make_sb3_env(ID, num_envs, seed=seed, max_episode_steps=EPISODE_STEPS)
+    kwargs = dict(batch_size=256, train_freq=1, gradient_steps=1, learning_starts=min(10 * num_envs, total_steps // 4),
+                  buffer_size=max(total_steps, 1000), seed=seed, verbose=0)
+    if kind != "stock":
+        kwargs["replay_buffer_class"] = SharedReplayBuffer
+    if kind == "async":
+        torch.set_num_threads(1)  # the learner shares 2 cores with 2 collectors
+    model = SAC("MlpPolicy", env, **kwargs)
+    curve = _Curve.make()
+    t0 = time.perf_counter()
+    if kind == "async":
+        with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=max(1, num_envs // 2),
+                         env_kwargs=dict(max_episode_steps=EPISODE_STEPS), seed=seed, replay_ratio=1.0 / num_envs) as runner:
+            runner.learn(total_steps, callback=curve)
+    else:
+        model.learn(total_steps, callback=curve)
+    wall = time.perf_counter() - t0
+    out = {
+        "wall_s": wall, "env_steps_per_s": model.num_timesteps / wall, "grad_steps_per_s": model._n_updates / wall,
+        "grad_steps": model._n_updates, "env_steps": model.num_timesteps, "final_return": evaluate(model, seed),
+        "curve": curve.points, "rss_mb": tree_rss_mb(),
+    }
+    if kind != "stock":
+        model.replay_buffer.close()
+    return out
+
+
+def run_ppo(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, Any]:
+    """One PPO run: ``kind`` is ``stock`` (SB3VecEnv, one process) or ``subproc`` (SubprocVecEnv)."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import SubprocVecEnv, VecMonitor
+
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    n_steps = max(8, total_steps // (num_envs * 4))  # 4 rollouts per run
+    if kind == "subproc":
+        workers = min(num_envs, 8, max(2, num_envs // 8))
+        env = VecMonitor(SubprocVecEnv([_make_single] * workers, start_method="forkserver"))
+        env.seed(seed)
+        n_steps *= num_envs // workers  # the same rollout size with fewer envs
+    else:
+        env = make_sb3_env(ID, num_envs, seed=seed, max_episode_steps=EPISODE_STEPS)
+    model = PPO("MlpPolicy", env, n_steps=n_steps, batch_size=256, n_epochs=5, seed=seed, verbose=0)
+    curve = _Curve.make()
+    t0 = time.perf_counter()
+    model.learn(total_steps, callback=curve)
+    wall = time.perf_counter() - t0
+    grad = model._n_updates * max(1, (model.n_steps * model.n_envs) // model.batch_size)
+    out = {
+        "wall_s": wall, "env_steps_per_s": model.num_timesteps / wall, "grad_steps_per_s": grad / wall,
+        "grad_steps": grad, "env_steps": model.num_timesteps, "final_return": evaluate(model, seed),
+        "curve": curve.points, "rss_mb": tree_rss_mb(),
+    }
+    env.close()
+    return out
+
+
+def rl_configs(algo: str, num_envs: int, steps: int, seed: int) -> dict[str, tuple[Any, dict[str, Any]]]:
+    if algo == "sac":
+        kinds = {"stock SB3 SAC": "stock", "SB3 SAC + SharedReplayBuffer": "shared", "AsyncRunner SAC (2 collectors)": "async"}
+        fn = run_sac
+    else:
+        kinds = {"stock SB3 PPO (1 process)": "stock", "stock SB3 PPO (SubprocVecEnv)": "subproc"}
+        fn = run_ppo
+    return {name: (fn, dict(kind=kind, num_envs=num_envs, total_steps=steps, seed=seed)) for name, kind in kinds.items()}
+
+
+# ----------------------------------------------------------------------------- reporting
+def _fmt(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.3g}"
+
+
+def table(title: str, runs: dict[str, list[dict[str, Any]]], keys: list[tuple[str, str]], base: str | None) -> str:
+    lines = [f"### {title}", "", "| configuration | " + " | ".join(label for _, label in keys) + (" | vs stock SB3 |" if base else " |"),
+             "|---" * (len(keys) + 1 + bool(base)) + "|"]
+    for name, rs in runs.items():
+        cells = []
+        for key, _ in keys:
+            m, lo, hi = summarize(rs, key)
+            cells.append(_fmt(m) if lo == hi else f"{_fmt(m)} [{_fmt(lo)}, {_fmt(hi)}]")
+        ratio = ""
+        if base:
+            k = keys[0][0]
+            b = summarize(runs[base], k)[0]
+            ratio = f" | {summarize(rs, k)[0] / b:.2f}×" if b else " | –"
+        lines.append(f"| {name} | " + " | ".join(cells) + ratio + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sections = report["sections"]
+    panels = [s for s in ("env", "sac", "ppo") if s in sections]
+    curves = [s for s in ("sac", "ppo") if s in sections]
+    cols = max(len(panels), len(curves), 1)
+    fig, grid = plt.subplots(2, cols, figsize=(6.0 * cols, 9.0), squeeze=False)
+    for ax in grid.flat[len(panels):cols]:
+        ax.axis("off")
+    for ax in grid[1][len(curves):]:
+        ax.axis("off")
+    for ax, section in zip(grid[0], panels):
+        runs = sections[section]["runs"]
+        names = list(runs)
+        meds = [summarize(runs[n], "env_steps_per_s")[0] for n in names]
+        los = [m - summarize(runs[n], "env_steps_per_s")[1] for n, m in zip(names, meds)]
+        his = [summarize(runs[n], "env_steps_per_s")[2] - m for n, m in zip(names, meds)]
+        ax.barh(range(len(names)), meds, xerr=[los, his], color="tab:blue")
+        ax.set_yticks(range(len(names)), [n.replace(" (", "\n(") for n in names], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("env-steps/s (median, min-max)")
+        ax.set_title(f"{section}: throughput")
+    for ax, section in zip(grid[1], curves):
+        for name, rs in sections[section]["runs"].items():
+            for i, r in enumerate(rs):
+                if r.get("curve"):
+                    t, _, ret = zip(*r["curve"])
+                    ax.plot(t, ret, label=name if i == 0 else None, color=f"C{list(sections[section]['runs']).index(name)}", alpha=0.8)
+        ax.set_xlabel("wall clock (s)")
+        ax.set_ylabel("mean training return (last 20 episodes)")
+        ax.set_title(f"{section}: return vs wall clock")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"unilab-gym vs stock SB3 — {report['machine']['cpu']}, {report['machine']['cores']} cores, {report['date']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="about 3 minutes on 2 cores")
+    mode.add_argument("--smoke", action="store_true", help="well under a minute: every configuration, tiny sizes")
+    parser.add_argument("--only", default="env,replay,sac,ppo", help="comma-separated sections: env,replay,sac,ppo")
+    parser.add_argument("--num-envs", type=int, default=None, help="envs per configuration (default 64; smoke 8)")
+    parser.add_argument("--seeds", type=int, default=None, help="repeats (seeds) of the SAC / PPO runs")
+    parser.add_argument("--out", default=RESULTS_DIR, help="output folder")
+    args = parser.parse_args(argv)
+    name = "smoke" if args.smoke else "quick" if args.quick else "default"
+    cfg = dict(MODES[name])
+    if args.num_envs:
+        cfg["num_envs"] = args.num_envs
+    if args.seeds:
+        cfg["seeds"] = args.seeds
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(sections) - {"env", "replay", "sac", "ppo"})
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; choose from env, replay, sac, ppo")
+    n = cfg["num_envs"]
+    report: dict[str, Any] = {"mode": name, "config": cfg, "date": datetime.date.today().isoformat(), "machine": machine_info(), "sections": {}, "skipped": {}}
+    md = [f"## unilab-gym vs stock SB3 ({name} mode, {report['date']})", "",
+          f"Machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, {report['machine']['ram_gb']} GB RAM. "
+          f"Versions: " + ", ".join(f"{k} {v}" for k, v in report["machine"]["versions"].items()) + ".", ""]
+    t_start = time.perf_counter()
+
+    if "env" in sections:
+        runs = run_interleaved(env_configs(n, cfg["env_steps"]), cfg["env_repeats"], desc="env stepping", fresh_process=not args.smoke)
+        report["sections"]["env"] = {"runs": runs}
+        md.append(table(f"Env stepping, {n} envs", runs, [("env_steps_per_s", "env-steps/s"), ("rss_mb", "RSS MB")], "SB3 DummyVecEnv"))
+    if "replay" in sections:
+        if importlib.util.find_spec("tianshou") is None:
+            report["skipped"]["replay tianshou"] = "Tianshou is not installed (pip install -e '.[tianshou]')"
+            print("replay: Tianshou VectorReplayBuffer skipped: " + report["skipped"]["replay tianshou"])
+        import bench_replay
+
+        rep = bench_replay.run(_replay_args(cfg["replay_capacity"], name))
+        report["sections"]["replay"] = rep
+        md.append("### Replay (obs 48, act 12, batch 256, adds of 64 rows)\n\n" + bench_replay.table(rep))
+    for algo in ("sac", "ppo"):
+        if algo not in sections:
+            continue
+        if importlib.util.find_spec("stable_baselines3") is None:
+            report["skipped"][algo] = "stable-baselines3 is not installed (pip install -e '.[sb3]')"
+            print(f"{algo}: skipped: {report['skipped'][algo]}")
+            continue
+        configs = rl_configs(algo, n, cfg["rl_steps"], seed=0)
+        runs = {k: [] for k in configs}
+        for seed in range(cfg["seeds"]):
+            seeded = {k: (fn, {**kw, "seed": seed}) for k, (fn, kw) in rl_configs(algo, n, cfg["rl_steps"], seed).items()}
+            for k, v in run_interleaved(seeded, 1, desc=f"{algo} seed {seed}", fresh_process=not args.smoke).items():
+                runs[k].extend(v)
+        report["sections"][algo] = {"runs": runs}
+        base = next(iter(runs))
+        md.append(table(f"{algo.upper()}, {n} envs, {cfg['rl_steps']:,} env steps, {cfg['seeds']} seed(s)", runs,
+                        [("wall_s", "wall clock s"), ("env_steps_per_s", "env-steps/s"), ("grad_steps_per_s", "gradient steps/s"), ("final_return", "final return")],
+                        None))
+        walls = {k: summarize(v, "wall_s")[0] for k, v in runs.items()}
+        md.append("Wall-clock speed-up vs " + base + ": " + ", ".join(f"{k} {walls[base] / w:.2f}×" for k, w in walls.items()) + "\n")
+        if algo == "ppo":
+            report["skipped"]["ppo AsyncRunner"] = "AsyncRunner does not drive PPO yet (issue 6); stock configurations only"
+            print("ppo: AsyncRunner PPO skipped: " + report["skipped"]["ppo AsyncRunner"])
+            md.append("AsyncRunner PPO: not measured — " + report["skipped"]["ppo AsyncRunner"] + ".\n")
+    report["elapsed_s"] = time.perf_counter() - t_start
+    os.makedirs(args.out, exist_ok=True)
+    text = "\n".join(md)
+    with open(os.path.join(args.out, "compare_sb3.md"), "w") as f:
+        f.write(text)
+    write_json(os.path.join(args.out, "compare_sb3.json"), report)
+    plot(report, os.path.join(args.out, "compare_sb3.png"))
+    print()
+    print(text)
+    print(f"wrote {args.out}/compare_sb3.{{md,json,png}} in {report['elapsed_s']:.0f} s")
+    return report
+
+
+def _replay_args(capacity: int, mode: str) -> argparse.Namespace:
+    """bench_replay's settings for this mode: SharedReplayBuffer, SB3 and Tianshou at ``capacity``."""
+    small = mode != "default"
+    only = ["sb3", "shared"] + (["tianshou"] if importlib.util.find_spec("tianshou") else [])
+    return argparse.Namespace(capacity=capacity, batch=256, rows_per_add=64, rounds=3 if small else 15,
+                              adds_per_round=20 if small else 200, samples_per_round=20 if small else 200, only=only)
+
+
+def _make_single():
+    """A single Quadruped-v0 env with EPISODE_STEPS-step episodes (a SubprocVecEnv worker's env)."""
+    from unilab_gym import QuadrupedEnv
+
+    return QuadrupedEnv(max_episode_steps=EPISODE_STEPS)
+
+
+if __name__ == "__main__":
+    main()
