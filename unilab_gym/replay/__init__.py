@@ -1,0 +1,45 @@
+"""Framework-neutral shared-memory replay: a packed float32 ring written by collectors
+(any process) and sampled by the learner.
+
+- :class:`ReplayLayout`: the column layout (obs | next_obs | action | reward | terminated |
+  truncated | extras).
+- :class:`ReplayStorage`: the ring in POSIX shared memory (create / attach by
+  :class:`ReplayHandle` / add / sample / close).
+- :class:`TorchSampler` (imported lazily, needs torch): sampling straight into torch tensors.
+
+``import unilab_gym.replay`` does not import torch. The SB3 buffer built on it is
+``unilab_gym.SharedReplayBuffer``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unilab_gym.replay.layout import ReplayLayout
+from unilab_gym.replay.segment import SegmentNotFoundError
+from unilab_gym.replay.storage import (
+    MAX_SLOTS,
+    ReplayClosedError,
+    ReplayHandle,
+    ReplayStorage,
+    Reservation,
+)
+
+__all__ = [
+    "ReplayLayout",
+    "ReplayStorage",
+    "ReplayHandle",
+    "Reservation",
+    "ReplayClosedError",
+    "SegmentNotFoundError",
+    "MAX_SLOTS",
+    "TorchSampler",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TorchSampler":
+        from unilab_gym.replay.torch_sampler import TorchSampler
+
+        return TorchSampler
+    raise AttributeError(f"module 'unilab_gym.replay' has no attribute {name!r}")
