@@ -8,6 +8,8 @@ Configurations (each run in a fresh process, interleaved, median of repeats):
 - ``raw pybullet``: the same cluster worlds, substeps, PD and solver settings, stepped and read
   with no task code (``ClusterWorld.step`` + ``read_state``): the physics limit.
 - ``UniLabVectorEnv``: the vector env, one process.
+- ``UniLabVectorEnv, domain randomization``: the same with every parameter randomized (the ranges of
+  ``examples/train_ppo_dr.py``: friction, mass, centre of mass, motor strength, gains, latency, pushes).
 - ``DummyVecEnv``: SB3's DummyVecEnv over N single ``UniLab/Quadruped-v0`` envs.
 - ``SubprocVecEnv (2 workers)`` / ``AsyncVectorEnv (2 workers)``: SB3 / gymnasium, one process per
   env as they are built, with 2 envs (one per core); their env-steps/s is directly comparable, their
@@ -58,10 +60,20 @@ def run_raw(num_envs: int, steps: int, warmup: int, envs_per_cluster: int | None
     return _timed(step, num_envs, steps, warmup)
 
 
-def run_unilab(num_envs: int, steps: int, warmup: int, envs_per_cluster: int | None = None) -> dict[str, float]:
+#: The ranges of examples/train_ppo_dr.py.
+DOMAIN_RANDOMIZATION = {
+    "friction": (0.4, 1.0), "added_mass": (-0.5, 1.5), "com_x": (-0.03, 0.03), "com_y": (-0.02, 0.02),
+    "motor_strength": (0.8, 1.1), "kp_factor": (0.8, 1.2), "kd_factor": (0.8, 1.2), "latency": (0, 1),
+    "push_interval": (5.0, 10.0), "push_velocity": (0.0, 0.5),
+}
+
+
+def run_unilab(num_envs: int, steps: int, warmup: int, envs_per_cluster: int | None = None, domain_randomization=None) -> dict[str, float]:
     from unilab_gym import UniLabVectorEnv
 
-    env = UniLabVectorEnv(num_envs, **({"envs_per_cluster": envs_per_cluster} if envs_per_cluster else {}))
+    env = UniLabVectorEnv(
+        num_envs, domain_randomization=domain_randomization, **({"envs_per_cluster": envs_per_cluster} if envs_per_cluster else {})
+    )
     env.reset(seed=0)
     return _timed(env.step, num_envs, steps, warmup)
 
@@ -138,6 +150,7 @@ def main() -> None:
         common = dict(num_envs=n, steps=steps, warmup=warmup)
         configs[f"N={n} raw pybullet"] = (run_raw, common)
         configs[f"N={n} UniLabVectorEnv"] = (run_unilab, common)
+        configs[f"N={n} UniLabVectorEnv, domain randomization"] = (run_unilab, {**common, "domain_randomization": DOMAIN_RANDOMIZATION})
         configs[f"N={n} DummyVecEnv"] = (run_dummy, common)
     two = dict(num_envs=2, steps=steps * 8, warmup=warmup)
     configs["SubprocVecEnv (2 workers)"] = (run_subproc, two)

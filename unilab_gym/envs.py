@@ -7,6 +7,7 @@ bit for bit.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -43,10 +44,17 @@ class QuadrupedEnv(gym.Env):
         return self._vec
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode; ``options={"episode_seed": s}`` starts it from episode seed ``s`` (a replay).
+
+        Returns:
+            obs (48,) float32 and info: ``command`` (3,) float64, ``episode_seed`` (int) and
+            ``parameters`` (dict of the episode's physics parameters, see :mod:`unilab_gym.randomization`).
+        """
         super().reset(seed=seed)
         obs, info = self._vec.reset(seed=seed, options=options)
         self._done = False
-        return obs[0], {"command": info["command"][0].copy()}
+        parameters = {k: v[0].item() for k, v in info["parameters"].items() if not k.startswith("_")}
+        return obs[0], {"command": info["command"][0].copy(), "episode_seed": int(info["episode_seed"][0]), "parameters": parameters}
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Raises ValueError for a wrong shape or NaN/inf; gymnasium.error.ResetNeeded before ``reset``."""
@@ -59,6 +67,14 @@ class QuadrupedEnv(gym.Env):
         obs, reward, terminated, truncated, info = self._vec.step(batched)
         terms = {k: float(v[0]) for k, v in info["reward_terms"].items() if not k.startswith("_")}
         return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), {"reward_terms": terms}
+
+    def parameter_trace(self) -> list[dict[str, Any]]:
+        """One record per finished episode (see :meth:`UniLabVectorEnv.parameter_trace`)."""
+        return self._vec.parameter_trace()
+
+    def save_parameter_trace(self, path: str | Path) -> Path:
+        """Write the trace as JSON Lines (see :meth:`UniLabVectorEnv.save_parameter_trace`)."""
+        return self._vec.save_parameter_trace(path)
 
     def render(self) -> np.ndarray | None:
         return self._vec.render_env(0) if self.render_mode == "rgb_array" else None

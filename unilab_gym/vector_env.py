@@ -2,14 +2,17 @@
 
 Data flow of one :meth:`UniLabVectorEnv.step`::
 
-    actions (N, 12) -> validate, clip -> PD targets -> every cluster world: K substeps
+    actions (N, 12) -> validate, clip -> [latency FIFO] -> PD targets -> [pushes]
+                    -> every cluster world: K substeps
                     -> robot states (N, ...) -> batched task math (obs, reward terms, terminated, truncated)
-                    -> autoreset (per ``autoreset_mode``)
+                    -> parameter trace of finished episodes -> autoreset (per ``autoreset_mode``)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -20,12 +23,16 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from unilab_gym import trace
+from unilab_gym.randomization import PARAMETER_NAMES, DomainRandomization
 from unilab_gym.sim import a1
 from unilab_gym.sim.world import ClusterWorld, RobotState
 from unilab_gym.tasks import quadruped as task
 
 #: Default robots per pybullet world; see README "Choosing envs_per_cluster" for the benchmark.
 DEFAULT_ENVS_PER_CLUSTER = 32
+
+_COL = {name: k for k, name in enumerate(PARAMETER_NAMES)}  # column of each parameter
 
 
 def _range(name: str, value: Sequence[float]) -> tuple[float, float]:
@@ -67,7 +74,17 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
 
     **Determinism.** Env ``i``'s trajectory (obs, reward, terminated, truncated, bit for bit)
     depends only on its seed and its actions: not on ``num_envs``, ``envs_per_cluster``, its
-    neighbours' actions or resets. ``reset(seed=s)`` seeds env ``i`` with ``s + i``.
+    neighbours' actions or resets. ``reset(seed=s)`` seeds env ``i`` with ``s + i``. Each episode
+    draws an *episode seed* from its env's stream; its command, initial pose, lane, physics
+    parameters and pushes come from that seed alone, so an episode replays bit for bit from its
+    episode seed (``reset(options={"episode_seed": seed})``) and its actions, whatever ran before.
+
+    **Domain randomization** (off by default): ``domain_randomization={name: (low, high) or value}``
+    over the parameters of :data:`unilab_gym.randomization.PARAMETERS` (friction, added_mass,
+    com_x/y/z, motor_strength, kp_factor, kd_factor, latency, push_interval, push_velocity).
+    Every episode's parameters are drawn at reset and fully applied (unconfigured ones at their
+    nominal value). They are in the reset info (``info["parameters"]``) and in the record of
+    every finished episode (:meth:`parameter_trace`, :meth:`save_parameter_trace`).
 
     Spaces:
         ``single_action_space``: Box(-1, 1, (12,), float32). Joint position targets are
@@ -107,6 +124,17 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         reward_weights: overrides of :class:`~unilab_gym.tasks.quadruped.RewardWeights`.
         termination: overrides of :class:`~unilab_gym.tasks.quadruped.TerminationConfig`.
         init_joint_noise: half-width in rad of the uniform noise added to the nominal pose at reset.
+        domain_randomization: ``None`` (off) or a dict of parameter ranges, see
+            :class:`~unilab_gym.randomization.DomainRandomization`.
+
+    Attributes:
+        task_config: the constructor arguments that determine the trajectories, JSON-able:
+            ``UniLabVectorEnv(n, **env.task_config)`` makes envs that follow the same ones.
+        kp, kd, torque_limits: (N, 12) float64, the PD gains and torque limits of each env's
+            current episode (nominal values times its ``kp_factor``, ``kd_factor``,
+            ``motor_strength``; rewritten at each reset of that env).
+        parameters: (N, P) float64, each env's current episode parameters, columns
+            :data:`~unilab_gym.randomization.PARAMETER_NAMES`.
 
     Raises:
         ValueError: for an invalid argument, naming it.
@@ -132,6 +160,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         reward_weights: dict[str, float] | None = None,
         termination: dict[str, Any] | None = None,
         init_joint_noise: float = 0.05,
+        domain_randomization: dict[str, Any] | None = None,
     ):
         self.num_envs = _positive("num_envs", num_envs, integer=True)
         envs_per_cluster = _positive("envs_per_cluster", envs_per_cluster, integer=True)
@@ -164,6 +193,24 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         if not (np.isfinite(init_joint_noise) and init_joint_noise >= 0):
             raise ValueError(f"init_joint_noise must be >= 0, got {init_joint_noise!r}")
         self.init_joint_noise = float(init_joint_noise)
+        self.domain_randomization = DomainRandomization(domain_randomization)
+        kp_nominal, kd_nominal = _joint_gains("kp", kp), _joint_gains("kd", kd)
+        self.task_config: dict[str, Any] = {
+            "max_episode_steps": self.max_episode_steps,
+            "dt": self.dt,
+            "substeps": self.substeps,
+            "kp": kp_nominal.tolist(),
+            "kd": kd_nominal.tolist(),
+            "action_scale": self.action_scale,
+            "solver_iterations": solver_iterations,
+            "lin_vel_x_range": self.command_ranges[0].tolist(),
+            "lin_vel_y_range": self.command_ranges[1].tolist(),
+            "yaw_rate_range": self.command_ranges[2].tolist(),
+            "reward_weights": dataclasses.asdict(self.reward_weights),
+            "termination": dataclasses.asdict(self.termination),
+            "init_joint_noise": self.init_joint_noise,
+            "domain_randomization": self.domain_randomization.to_dict(),
+        }
 
         self.render_mode = render_mode
         self.metadata = {
@@ -190,11 +237,26 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         except BaseException:
             self.close_extras()
             raise
-        limits = self._clusters[0][1].torque_limits
-        self.kp = np.tile(_joint_gains("kp", kp), (n, 1))
-        self.kd = np.tile(_joint_gains("kd", kd), (n, 1))
-        self.torque_limits = np.tile(limits, (n, 1))
+        self._kp_nominal, self._kd_nominal = kp_nominal, kd_nominal
+        self._torque_limits_nominal = self._clusters[0][1].torque_limits
+        self.kp = np.tile(kp_nominal, (n, 1))
+        self.kd = np.tile(kd_nominal, (n, 1))
+        self.torque_limits = np.tile(self._torque_limits_nominal, (n, 1))
         self.nominal_joint_pos = np.tile(a1.NOMINAL_JOINT_POS, (n, 1))
+
+        dr = self.domain_randomization
+        self.parameters = np.tile(dr.low, (n, 1))
+        # latency: a ring of the last max_latency + 1 policy actions per env (None when no latency)
+        self._fifo = np.zeros((n, dr.max_latency + 1, task.ACT_DIM)) if dr.max_latency > 0 else None
+        self._fifo_head = 0
+        self._latency = np.zeros(n, dtype=np.int64)
+        self._push_every = np.zeros(n, dtype=np.int64)  # control steps between pushes, 0 = none
+        self._episode_rngs: list[np.random.Generator | None] = [None] * n  # for pushes
+        self._trace = trace.ParameterTrace()
+        self._episode_index = np.full(n, -1, dtype=np.int64)
+        self._episode_return = np.zeros(n)
+        self._episode_recorded = np.zeros(n, dtype=bool)
+        self._arange = np.arange(n)
 
         self.command = np.zeros((n, 3))
         self.episode_step = np.zeros(n, dtype=np.int64)
@@ -216,30 +278,37 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             seed: ``None`` (keep each env's random stream; fresh entropy if never seeded),
                 an int ``s`` (env ``i`` gets ``s + i``) or a list of N ints / ``None``.
             options: ``{"reset_mask": (N,) bool array}`` resets only those envs.
+                ``{"episode_seed": s}`` starts the reset envs' episodes from episode seed ``s``
+                (an int in [0, 2**63), or a list of N ints / ``None``) instead of drawing it
+                from their streams, which are left as they were: this replays a recorded
+                episode (see :mod:`unilab_gym.trace`).
 
         Returns:
-            obs (N, 48) float32 and infos (dict of arrays with ``_key`` masks): ``command``
-            (N, 3) of the reset envs.
+            obs (N, 48) float32 and infos (dict of arrays with ``_key`` masks) of the reset
+            envs: ``command`` (N, 3), ``episode_seed`` (N,) int64 and ``parameters`` (a dict
+            of (N,) arrays, one per :data:`~unilab_gym.randomization.PARAMETER_NAMES`).
 
         Raises:
-            ValueError: seed list of the wrong length, or a bad ``reset_mask``.
+            ValueError: seed list of the wrong length, a bad ``reset_mask`` or ``episode_seed``.
             gymnasium.error.ClosedEnvironmentError: after ``close()``.
         """
         self._check_open()
         seeds = self._seed_list(seed)
         mask = np.ones(self.num_envs, dtype=bool)
-        if options and "reset_mask" in options:
+        options = options or {}
+        if "reset_mask" in options:
             mask = options["reset_mask"]
             if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
                 raise ValueError(f"options['reset_mask'] must be a bool numpy array of shape ({self.num_envs},), got {mask!r}")
             if not mask.any():
                 raise ValueError("options['reset_mask'] must select at least one env")
+        episode_seeds = self._episode_seed_list(options.get("episode_seed"))
         if isinstance(seed, (int, np.integer)):
             self._np_random, self._np_random_seed = seeding.np_random(int(seed))
         for i in np.flatnonzero(mask):
             if seeds[i] is not None or self._env_rngs[i] is None:
                 self._env_rngs[i] = seeding.np_random(seeds[i])[0]
-        self._reset_envs(mask)
+        self._reset_envs(mask, episode_seeds)
         self._read_states(mask)
         self._compute_obs()
         self._autoreset_envs[mask] = False
@@ -270,12 +339,21 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         restarting = self._autoreset_envs.copy() if self.autoreset_mode == AutoresetMode.NEXT_STEP else np.zeros(self.num_envs, bool)
         action[restarting] = 0.0  # NEXT_STEP: the action of an env that restarts now is ignored
 
-        targets = self.nominal_joint_pos + self.action_scale * action
+        applied = action
+        if self._fifo is not None:  # latency: apply the action of `latency` steps ago
+            size = self._fifo.shape[1]
+            self._fifo[:, self._fifo_head] = action
+            applied = self._fifo[self._arange, (self._fifo_head - self._latency) % size]
+            applied[restarting] = 0.0
+            self._fifo_head = (self._fifo_head + 1) % size
+        if self.domain_randomization.pushes:
+            self._push(restarting)
+        targets = self.nominal_joint_pos + self.action_scale * applied
         for rows, world in self._clusters:
             world.step(targets[rows], self.kp[rows], self.kd[rows], self.torque_limits[rows], self.substeps)
         self.episode_step += 1
         if restarting.any():
-            self._reset_envs(restarting)  # after the slice, so the new episode starts at rest
+            self._reset_envs(restarting, [None] * self.num_envs)  # after the slice, so the new episode starts at rest
         self._read_states(np.ones(self.num_envs, dtype=bool))
 
         previous_action = self._last_action
@@ -285,7 +363,8 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         terms = task.reward_terms(
             lin_b, ang_b, self.command, self.state.torques, action, previous_action, self.reward_weights, self.control_dt
         )
-        terminated = task.fallen(self.state.base_pos[:, 2], self.state.base_quat, self.state.trunk_contact, self.termination)
+        conditions = task.fall_conditions(self.state.base_pos[:, 2], self.state.base_quat, self.state.trunk_contact, self.termination)
+        terminated = conditions.any(axis=1)
         truncated = self.episode_step >= self.max_episode_steps
         terminated[restarting] = False
         truncated[restarting] = False
@@ -298,12 +377,16 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             infos.update(self._reset_info(restarting))
 
         done = terminated | truncated
+        self._episode_return += reward
+        finished = done & ~self._episode_recorded
+        if finished.any():
+            self._record(finished, terminated, conditions)
         if self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
             final_obs = np.full(self.num_envs, None, dtype=object)
             for i in np.flatnonzero(done):
                 final_obs[i] = self._obs[i].copy()
             final_info = self._step_info(terms, done)
-            self._reset_envs(done)
+            self._reset_envs(done, [None] * self.num_envs)
             self._read_states(done)
             self._compute_obs()
             infos.update(self._reset_info(done))
@@ -329,6 +412,17 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         self._check_open()
         rows, world = self._cluster_of(index)
         return world.render(index - rows.start, width, height)
+
+    def parameter_trace(self) -> list[dict[str, Any]]:
+        """One record per finished episode (terminated or truncated) of every env, in the order they
+        finished: env index, episode index, episode seed, command, parameters, return, length and
+        termination cause. The format is in :mod:`unilab_gym.trace`."""
+        return self._trace.records()
+
+    def save_parameter_trace(self, path: str | Path) -> Path:
+        """Write :meth:`parameter_trace` to ``path`` as JSON Lines, after a header line with the
+        package versions and :attr:`task_config` (see :mod:`unilab_gym.trace`). Returns the path."""
+        return trace.write_jsonl(path, self.task_config, self.parameter_trace())
 
     def close_extras(self, **kwargs: Any) -> None:
         """Disconnect every pybullet world."""
@@ -405,28 +499,88 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
                 return rows, world
         raise AssertionError("unreachable")
 
-    def _reset_envs(self, mask: np.ndarray) -> None:
+    def _episode_seed_list(self, value: Any) -> list[int | None]:
+        """``options["episode_seed"]`` as one int or ``None`` per env; raises ValueError naming the bad value."""
+        if value is None:
+            return [None] * self.num_envs
+        values = [value] * self.num_envs if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+        if not isinstance(values, (list, tuple, np.ndarray)) or len(values) != self.num_envs:
+            raise ValueError(
+                f"options['episode_seed'] must be an int or a list of num_envs={self.num_envs} ints/None, got {value!r}"
+            )
+        bad = [s for s in values if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s < 2**63)]
+        if bad:
+            raise ValueError(f"options['episode_seed'] values must be ints in [0, 2**63) or None, got {bad}")
+        return [None if s is None else int(s) for s in values]
+
+    def _reset_envs(self, mask: np.ndarray, episode_seeds: list[int | None]) -> None:
         """New episode for the envs of ``mask``.
 
-        Each env draws an episode seed from its own stream; the episode's command, initial
-        pose and lane come from that seed alone (see :mod:`unilab_gym.sim.world` for why the
-        lane matters to determinism).
+        Each env draws an episode seed from its own stream (or takes ``episode_seeds[i]``);
+        the episode's command, initial pose, lane, physics parameters and pushes come from that
+        seed alone (see :mod:`unilab_gym.sim.world` for why the lane matters to determinism).
+        Every parameter is applied, so nothing of the slot's earlier episodes remains.
         """
         idx = np.flatnonzero(mask)
         joint_pos = np.empty((idx.size, task.ACT_DIM))
         lo, hi = self.command_ranges[:, 0], self.command_ranges[:, 1]
         for row, i in enumerate(idx):
-            self.episode_seed[i] = self._env_rngs[i].integers(2**63)
+            given = episode_seeds[i]
+            self.episode_seed[i] = self._env_rngs[i].integers(2**63) if given is None else given
             rng = np.random.default_rng(int(self.episode_seed[i]))
             self.command[i] = rng.uniform(lo, hi)
             joint_pos[row] = self.nominal_joint_pos[i] + rng.uniform(-self.init_joint_noise, self.init_joint_noise, task.ACT_DIM)
+            self.parameters[i] = self.domain_randomization.sample(rng)
+            self._episode_rngs[i] = rng  # the episode's stream goes on for its pushes
+        params = self.parameters[idx]
+        self.kp[idx] = self._kp_nominal * params[:, _COL["kp_factor"], None]
+        self.kd[idx] = self._kd_nominal * params[:, _COL["kd_factor"], None]
+        self.torque_limits[idx] = self._torque_limits_nominal * params[:, _COL["motor_strength"], None]
+        self._latency[idx] = params[:, _COL["latency"]].astype(np.int64)
+        push_every = np.maximum(1, np.rint(params[:, _COL["push_interval"]] / self.control_dt)).astype(np.int64)
+        self._push_every[idx] = np.where(params[:, _COL["push_velocity"]] > 0.0, push_every, 0)
+        if self._fifo is not None:
+            self._fifo[idx] = 0.0
         lanes = self.episode_seed[idx] % a1.NUM_LANES
+        com = params[:, [_COL["com_x"], _COL["com_y"], _COL["com_z"]]]
         for rows, world in self._clusters:
             inside = (idx >= rows.start) & (idx < rows.stop)
             if inside.any():
-                world.reset_robots(idx[inside] - rows.start, lanes[inside], joint_pos[inside])
+                local = idx[inside] - rows.start
+                trunk_mass = world.nominal_trunk_mass + params[inside, _COL["added_mass"]]
+                world.set_dynamics(local, params[inside, _COL["friction"]], trunk_mass, com[inside])
+                world.reset_robots(local, lanes[inside], joint_pos[inside])
         self.episode_step[idx] = 0
         self._last_action[idx] = 0.0
+        self._episode_index[idx] += 1
+        self._episode_return[idx] = 0.0
+        self._episode_recorded[idx] = False
+
+    def _push(self, restarting: np.ndarray) -> None:
+        """Push the envs whose push is due before this step: add ``push_velocity`` m/s to the base,
+        horizontally, in a direction drawn from the episode's stream."""
+        every = self._push_every
+        due = (every > 0) & (self.episode_step > 0) & (self.episode_step % np.maximum(every, 1) == 0) & ~restarting
+        if not due.any():
+            return
+        idx = np.flatnonzero(due)
+        angle = np.array([self._episode_rngs[i].uniform(0.0, 2.0 * np.pi) for i in idx])
+        speed = self.parameters[idx, _COL["push_velocity"]]
+        delta_v = np.stack([speed * np.cos(angle), speed * np.sin(angle), np.zeros(idx.size)], axis=1)
+        for rows, world in self._clusters:
+            inside = (idx >= rows.start) & (idx < rows.stop)
+            if inside.any():
+                world.push(idx[inside] - rows.start, delta_v[inside])
+
+    def _record(self, finished: np.ndarray, terminated: np.ndarray, conditions: np.ndarray) -> None:
+        """Add the episodes that just finished in envs ``finished`` to the parameter trace."""
+        idx = np.flatnonzero(finished)
+        self._trace.append(
+            env=idx, episode=self._episode_index[idx], episode_seed=self.episode_seed[idx], command=self.command[idx],
+            parameters=self.parameters[idx], returns=self._episode_return[idx], lengths=self.episode_step[idx],
+            terminated=terminated[idx], conditions=conditions[idx],
+        )
+        self._episode_recorded[idx] = True
 
     def _read_states(self, mask: np.ndarray) -> None:
         for rows, world in self._clusters:
@@ -442,11 +596,18 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         )
 
     def _reset_info(self, mask: np.ndarray) -> dict[str, Any]:
+        parameters: dict[str, Any] = {}
+        for k, name in enumerate(PARAMETER_NAMES):
+            column = self.parameters[:, k]
+            parameters[name] = np.where(mask, column, 0).astype(np.int64 if name == "latency" else np.float64)
+            parameters[f"_{name}"] = mask.copy()
         return {
             "command": np.where(mask[:, None], self.command, 0.0),
             "_command": mask.copy(),
             "episode_seed": np.where(mask, self.episode_seed, 0),
             "_episode_seed": mask.copy(),
+            "parameters": parameters,
+            "_parameters": mask.copy(),
         }
 
     @staticmethod

@@ -35,6 +35,14 @@ NOMINAL_JOINT_POS = np.array(
 #: in the nominal pose (thigh and calf are 0.2 m each in the URDF).
 SPAWN_HEIGHT = 0.32
 
+#: Trunk (base link) mass in kg, from the URDF's ``<inertial>``.
+TRUNK_MASS = 4.713
+
+#: Lateral friction coefficient of every A1 link. The URDF has no ``<contact>`` tags, so pybullet's
+#: default 0.5 applies; the ground's coefficient is 1.0 and pybullet multiplies the two, so 0.5 is
+#: the robot-ground friction coefficient.
+LINK_FRICTION = 0.5
+
 #: Distance in m between neighbouring lanes of a world, across the walking direction.
 LANE_SPACING = 1.0
 

@@ -18,6 +18,17 @@ broadphase time (overlapping bounding boxes) but never changes results.
 A control step is one deterministic *slice*: write all PD targets, advance the world
 ``substeps`` times (explicit PD torques recomputed every substep), then read every
 robot's state into preallocated arrays.
+
+Per-robot physics (domain randomization, :meth:`ClusterWorld.set_dynamics`) is set on the
+robot's own bodies only, so it never reaches its neighbours: the friction coefficient on every
+robot link (the shared ground keeps 1.0; pybullet multiplies the two), the trunk mass, and a
+trunk centre-of-mass offset. pybullet 3.2.7 cannot move a link's centre of mass after loading
+(``changeDynamics`` has no such argument), and reloading the robot from an edited URDF at each
+reset would cost ~16 ms (measured) and add and remove bodies in the middle of a deterministic run;
+the offset is therefore modelled by its gravitational effect: each
+physics step, an external torque ``(R offset) x (trunk mass * g)`` on the trunk makes its weight act
+at the offset point. The trunk's inertia about its centre of mass and the inertial coupling of an
+offset mass are not modelled.
 """
 
 from __future__ import annotations
@@ -31,6 +42,9 @@ from unilab_gym.sim import a1
 
 _ROBOT_GROUP = 2  # collision group of every robot link
 _GROUND_GROUP = 1  # collision group of the plane
+
+#: Gravitational acceleration in m/s^2 (pointing down the world z axis).
+GRAVITY = 9.81
 
 
 @dataclass
@@ -68,6 +82,13 @@ class RobotState:
         return self.base_pos.shape[0]
 
 
+def _rotate(quat: np.ndarray, vec: np.ndarray) -> np.ndarray:
+    """(k, 3) vectors ``vec`` rotated by the (k, 4) xyzw unit quaternions ``quat`` (body -> world)."""
+    u, w = quat[:, :3], quat[:, 3:4]
+    t = 2.0 * np.cross(u, vec)
+    return vec + w * t + np.cross(u, t)
+
+
 def _lane_y(lane: int) -> float:
     """y coordinate in m of lane ``lane``: lanes are LANE_SPACING apart, centred on y = 0."""
     return (lane - a1.NUM_LANES // 2) * a1.LANE_SPACING
@@ -93,7 +114,7 @@ class ClusterWorld:
         self.state = state
         self._client = p.connect(p.DIRECT)
         c = self._client
-        p.setGravity(0.0, 0.0, -9.81, physicsClientId=c)
+        p.setGravity(0.0, 0.0, -GRAVITY, physicsClientId=c)
         p.setPhysicsEngineParameter(
             fixedTimeStep=dt,
             numSolverIterations=solver_iterations,
@@ -122,6 +143,16 @@ class ClusterWorld:
         self.torque_limits = np.array(
             [p.getJointInfo(self._robots[0], j, physicsClientId=c)[10] for j in self.joint_ids]
         )
+        #: Links of a robot: -1 (the trunk) and every joint's child link.
+        self._links = list(range(-1, p.getNumJoints(self._robots[0], physicsClientId=c)))
+        base = p.getDynamicsInfo(self._robots[0], -1, physicsClientId=c)
+        #: Trunk mass in kg, as loaded.
+        self.nominal_trunk_mass = base[0]
+        #: Lateral friction coefficient of the robot links as loaded.
+        self.nominal_friction = base[1]
+        self._trunk_mass = np.full(num_robots, self.nominal_trunk_mass)
+        self._com_offset = np.zeros((num_robots, 3))
+        self._offset_robots = np.zeros(0, dtype=np.int64)  # robots with a non-zero centre-of-mass offset
         for robot in self._robots:
             # pybullet's default velocity motors would fight the torques we apply.
             p.setJointMotorControlArray(robot, self.joint_ids, p.VELOCITY_CONTROL, forces=[0.0] * a1.NUM_JOINTS, physicsClientId=c)
@@ -144,6 +175,47 @@ class ClusterWorld:
             for k, j in enumerate(self.joint_ids):
                 p.resetJointState(robot, j, joint_pos[row, k], 0.0, physicsClientId=c)
         self.state.torques[idx] = 0.0
+
+    def set_dynamics(self, idx: np.ndarray, friction: np.ndarray, trunk_mass: np.ndarray, com_offset: np.ndarray) -> None:
+        """Set the physics of robots ``idx``; every value is written, so nothing of an earlier setting remains.
+
+        Args:
+            idx: (k,) int, robot indices in this world.
+            friction: (k,) lateral friction coefficient of every link of each robot (the
+                robot-ground coefficient: the ground's is 1.0 and pybullet multiplies them).
+            trunk_mass: (k,) kg, > 0. pybullet scales the trunk's inertia from the loaded one by
+                ``trunk_mass / nominal_trunk_mass`` (whatever the mass was before).
+            com_offset: (k, 3) m, trunk centre-of-mass offset in the trunk frame, modelled by
+                the torque of the trunk's weight (see the module docstring).
+        """
+        c = self._client
+        for row, i in enumerate(idx):
+            robot = self._robots[i]
+            p.changeDynamics(robot, -1, mass=float(trunk_mass[row]), physicsClientId=c)
+            mu = float(friction[row])
+            for link in self._links:
+                p.changeDynamics(robot, link, lateralFriction=mu, physicsClientId=c)
+        self._trunk_mass[idx] = trunk_mass
+        self._com_offset[idx] = com_offset
+        self._offset_robots = np.flatnonzero(np.any(self._com_offset != 0.0, axis=1))
+
+    def push(self, idx: np.ndarray, delta_v: np.ndarray) -> None:
+        """Add ``delta_v`` ((k, 3) m/s, world frame) to the base linear velocity of robots ``idx``."""
+        c = self._client
+        for row, i in enumerate(idx):
+            robot = self._robots[i]
+            lin, ang = p.getBaseVelocity(robot, physicsClientId=c)
+            p.resetBaseVelocity(robot, (np.asarray(lin) + delta_v[row]).tolist(), ang, physicsClientId=c)
+
+    def _apply_com_torques(self) -> None:
+        """Torque of the trunk weight about its loaded centre of mass, for the robots with an offset."""
+        c = self._client
+        rows = self._offset_robots
+        quat = np.array([p.getBasePositionAndOrientation(self._robots[i], physicsClientId=c)[1] for i in rows])
+        arm = _rotate(quat, self._com_offset[rows])  # world frame
+        torque = np.cross(arm, np.array([0.0, 0.0, -GRAVITY])) * self._trunk_mass[rows, None]
+        for i, t in zip(rows, torque):
+            p.applyExternalTorque(self._robots[i], -1, t.tolist(), p.WORLD_FRAME, physicsClientId=c)
 
     def step(self, targets: np.ndarray, kp: np.ndarray, kd: np.ndarray, torque_limits: np.ndarray, substeps: int) -> None:
         """Advance the world one slice of ``substeps`` physics steps under PD control.
@@ -170,6 +242,8 @@ class ClusterWorld:
             tau = np.clip(kp * (targets - q) - kd * qd, -torque_limits, torque_limits)
             for i, robot in enumerate(robots):
                 p.setJointMotorControlArray(robot, ids, p.TORQUE_CONTROL, forces=tau[i], physicsClientId=c)
+            if self._offset_robots.size:
+                self._apply_com_torques()  # external forces last one stepSimulation
             p.stepSimulation(physicsClientId=c)
         self.state.torques[:] = tau
 

@@ -153,10 +153,17 @@ class TerminationConfig:
     trunk_contact: bool = True
 
 
-def fallen(base_height: np.ndarray, base_quat: np.ndarray, trunk_contact: np.ndarray, cfg: TerminationConfig) -> np.ndarray:
-    """(N,) bool: which robots have fallen (the ``terminated`` flag)."""
+def fall_conditions(base_height: np.ndarray, base_quat: np.ndarray, trunk_contact: np.ndarray, cfg: TerminationConfig) -> np.ndarray:
+    """(N, 3) bool: which fall conditions hold, columns ``height`` (base under ``min_base_height``),
+    ``tilt`` (|roll| or |pitch| over ``max_tilt``), ``trunk_contact`` (only if ``cfg.trunk_contact``)."""
     roll, pitch = roll_pitch(base_quat)
-    out = (base_height < cfg.min_base_height) | (np.abs(roll) > cfg.max_tilt) | (np.abs(pitch) > cfg.max_tilt)
-    if cfg.trunk_contact:
-        out |= trunk_contact
+    out = np.empty((base_height.shape[0], 3), dtype=bool)
+    out[:, 0] = base_height < cfg.min_base_height
+    out[:, 1] = (np.abs(roll) > cfg.max_tilt) | (np.abs(pitch) > cfg.max_tilt)
+    out[:, 2] = trunk_contact if cfg.trunk_contact else False
     return out
+
+
+def fallen(base_height: np.ndarray, base_quat: np.ndarray, trunk_contact: np.ndarray, cfg: TerminationConfig) -> np.ndarray:
+    """(N,) bool: which robots have fallen (the ``terminated`` flag): any of :func:`fall_conditions`."""
+    return fall_conditions(base_height, base_quat, trunk_contact, cfg).any(axis=1)
