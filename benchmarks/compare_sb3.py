@@ -17,7 +17,9 @@ Sections (``--only``):
   with ``SharedReplayBuffer``, and ``AsyncRunner`` with 2 collectors; equal replay ratio
   (1 gradient step per ``--num-envs`` transitions) and equal env steps.
 - ``ppo``: stock SB3 PPO on ``SB3VecEnv`` (one process) and on ``SubprocVecEnv`` (8 worker
-  processes of one env each, ``n_steps`` scaled so the rollout has the same size).
+  processes of one env each, ``n_steps`` scaled so the rollout has the same size), and
+  ``AsyncRunner`` PPO with 2 collectors at ``max_policy_lag`` 0 and 1 (same rollouts, same
+  ``batch_size`` / ``n_epochs``; ``benchmarks/bench_ppo_async.py`` is the dedicated comparison).
 
 Every configuration runs in a fresh process; configurations are interleaved (A B C A B C ...)
 and repeated (``--seeds``); the tables give medians, [min, max] and ratios against stock SB3.
@@ -149,8 +151,7 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
                   buffer_size=max(total_steps, 1000), seed=seed, verbose=0)
     if kind != "stock":
         kwargs["replay_buffer_class"] = SharedReplayBuffer
-    if kind == "async":
-        torch.set_num_threads(1)  # the learner shares 2 cores with 2 collectors
+    torch.set_num_threads(1)  # fastest for these small networks on 2 shared cores, for every config
     model = SAC("MlpPolicy", env, **kwargs)
     curve = _Curve.make()
     t0 = time.perf_counter()
@@ -171,34 +172,70 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
     return out
 
 
-def run_ppo(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, Any]:
-    """One PPO run: ``kind`` is ``stock`` (SB3VecEnv, one process) or ``subproc`` (SubprocVecEnv)."""
+def run_ppo(kind: str, num_envs: int, total_steps: int, seed: int, n_steps: int | None = None,
+            workers: int | None = None, lag: int = 0) -> dict[str, Any]:
+    """One PPO run: ``kind`` is ``stock`` (SB3VecEnv, one process), ``subproc`` (SubprocVecEnv of ``workers``
+    single-env processes) or ``async`` (AsyncRunner, 2 collectors of ``num_envs / 2`` envs, ``max_policy_lag=lag``).
+
+    ``n_steps`` is per env (default: 4 rollouts per run); ``subproc`` scales it by ``num_envs / workers`` so
+    that every configuration trains on rollouts of the same size (``n_steps * num_envs`` transitions).
+    """
+    import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import SubprocVecEnv, VecMonitor
 
+    from unilab_gym import AsyncRunner
     from unilab_gym.integrations.sb3 import make_sb3_env
 
-    n_steps = max(8, total_steps // (num_envs * 4))  # 4 rollouts per run
+    torch.set_num_threads(1)  # fastest for these small networks on 2 shared cores, for every config
+    n_steps = n_steps or max(8, total_steps // (num_envs * 4))  # 4 rollouts per run
     if kind == "subproc":
-        workers = min(num_envs, 8, max(2, num_envs // 8))
+        workers = workers or min(num_envs, 8, max(2, num_envs // 8))
         env = VecMonitor(SubprocVecEnv([_make_single] * workers, start_method="forkserver"))
         env.seed(seed)
         n_steps *= num_envs // workers  # the same rollout size with fewer envs
-    else:
+    else:  # async: the model's env only gives the spaces and n_envs (= 2 collectors x num_envs / 2)
         env = make_sb3_env(ID, num_envs, seed=seed, max_episode_steps=EPISODE_STEPS)
     model = PPO("MlpPolicy", env, n_steps=n_steps, batch_size=256, n_epochs=5, seed=seed, verbose=0)
-    curve = _Curve.make()
+    curve, clock = _Curve.make(), _rollout_clock()
     t0 = time.perf_counter()
-    model.learn(total_steps, callback=curve)
+    if kind == "async":
+        with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=num_envs // 2,
+                         env_kwargs=dict(max_episode_steps=EPISODE_STEPS), seed=seed, max_policy_lag=lag) as runner:
+            runner.learn(total_steps, callback=[curve, clock])
+    else:
+        model.learn(total_steps, callback=[curve, clock])
     wall = time.perf_counter() - t0
     grad = model._n_updates * max(1, (model.n_steps * model.n_envs) // model.batch_size)
+    ends = clock.ends
     out = {
         "wall_s": wall, "env_steps_per_s": model.num_timesteps / wall, "grad_steps_per_s": grad / wall,
         "grad_steps": grad, "env_steps": model.num_timesteps, "final_return": evaluate(model, seed),
         "curve": curve.points, "rss_mb": tree_rss_mb(),
+        # from the end of the first rollout on: without start-up (spawning collectors, the first rollout)
+        "steady_env_steps_per_s": (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0]) if len(ends) > 1 else float("nan"),
+        "first_rollout_s": ends[0][0] - t0 if ends else float("nan"),
     }
     env.close()
     return out
+
+
+def _rollout_clock():
+    """SB3 callback: ``ends`` lists (perf_counter, num_timesteps) at every rollout end."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class RolloutClock(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.ends: list[tuple[float, int]] = []
+
+        def _on_rollout_end(self) -> None:
+            self.ends.append((time.perf_counter(), int(self.model.num_timesteps)))
+
+        def _on_step(self) -> bool:
+            return True
+
+    return RolloutClock()
 
 
 def rl_configs(algo: str, num_envs: int, steps: int, seed: int) -> dict[str, tuple[Any, dict[str, Any]]]:
@@ -206,8 +243,9 @@ def rl_configs(algo: str, num_envs: int, steps: int, seed: int) -> dict[str, tup
         kinds = {"stock SB3 SAC": "stock", "SB3 SAC + SharedReplayBuffer": "shared", "AsyncRunner SAC (2 collectors)": "async"}
         fn = run_sac
     else:
-        kinds = {"stock SB3 PPO (1 process)": "stock", "stock SB3 PPO (SubprocVecEnv)": "subproc"}
-        fn = run_ppo
+        runs = {"stock SB3 PPO (1 process)": dict(kind="stock"), "stock SB3 PPO (SubprocVecEnv)": dict(kind="subproc"),
+                "AsyncRunner PPO (lag 0)": dict(kind="async", lag=0), "AsyncRunner PPO (lag 1)": dict(kind="async", lag=1)}
+        return {name: (run_ppo, dict(num_envs=num_envs, total_steps=steps, seed=seed, **kw)) for name, kw in runs.items()}
     return {name: (fn, dict(kind=kind, num_envs=num_envs, total_steps=steps, seed=seed)) for name, kind in kinds.items()}
 
 
@@ -335,10 +373,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         None))
         walls = {k: summarize(v, "wall_s")[0] for k, v in runs.items()}
         md.append("Wall-clock speed-up vs " + base + ": " + ", ".join(f"{k} {walls[base] / w:.2f}×" for k, w in walls.items()) + "\n")
-        if algo == "ppo":
-            report["skipped"]["ppo AsyncRunner"] = "AsyncRunner does not drive PPO yet (issue 6); stock configurations only"
-            print("ppo: AsyncRunner PPO skipped: " + report["skipped"]["ppo AsyncRunner"])
-            md.append("AsyncRunner PPO: not measured — " + report["skipped"]["ppo AsyncRunner"] + ".\n")
     report["elapsed_s"] = time.perf_counter() - t_start
     os.makedirs(args.out, exist_ok=True)
     text = "\n".join(md)

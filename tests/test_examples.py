@@ -63,3 +63,16 @@ def test_play_rejects_missing_model(tmp_path):
     proc = subprocess.run([sys.executable, str(EXAMPLES / "play.py"), tmp_path / "nope.zip"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "no model" in proc.stderr
+
+
+@pytest.mark.slow
+def test_sac_async_trains_saves_and_plays(tmp_path):
+    out = _run("train_sac_async.py", "--total-steps", 600, "--envs-per-collector", 4, "--learning-starts", 200,
+               "--replay-ratio", 0.25, "--seed", 2, "--save-path", tmp_path / "sac_async", "--no-progress")
+    assert (tmp_path / "sac_async.zip").exists() and "saved" in out
+    from stable_baselines3 import SAC
+
+    model = SAC.load(tmp_path / "sac_async.zip", device="cpu")
+    assert model.num_timesteps == 600 and model._n_updates == (600 - 200) // 4
+    out = _run("play.py", tmp_path / "sac_async.zip", "--steps", 5, "--out", tmp_path / "sac_async.gif")
+    assert (tmp_path / "sac_async.gif").stat().st_size > 0
