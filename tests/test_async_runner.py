@@ -1,4 +1,5 @@
-"""AsyncRunner (off-policy): training, replay ratio, backpressure, weight sync, callbacks, faults, cleanup."""
+"""AsyncRunner: off-policy (replay ratio, backpressure, lag) and on-policy (rollouts, GAE, lag) training,
+weight sync, callbacks, and the lifecycle / fault guarantees of both families (the same tests for each)."""
 
 import functools
 import glob
@@ -16,11 +17,14 @@ import psutil
 import pytest
 
 pytest.importorskip("stable_baselines3")
-from stable_baselines3 import SAC, TD3  # noqa: E402
+import torch  # noqa: E402
+from stable_baselines3 import A2C, PPO, SAC, TD3  # noqa: E402
+from stable_baselines3.common.buffers import RolloutBuffer  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EvalCallback, StopTrainingOnRewardThreshold  # noqa: E402
 
 import unilab_gym  # noqa: E402
 from unilab_gym import AsyncRunner, CollectorError, SharedReplayBuffer  # noqa: E402
+from unilab_gym.runtime.rollout import RolloutStorage  # noqa: E402
 from unilab_gym.runtime.weights import SharedWeights  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -28,19 +32,58 @@ import _runner_envs  # noqa: E402
 
 ID = "UniLab/Quadruped-v0"
 SMALL_ENV = dict(max_episode_steps=20, envs_per_cluster=4)
-FAST = dict(batch_size=32, policy_kwargs=dict(net_arch=[32, 32]), buffer_size=5_000)
+
+
+def fast():
+    """Small, quick SAC/TD3 settings (a fresh dict each time: SB3 writes into policy_kwargs)."""
+    return dict(batch_size=32, policy_kwargs=dict(net_arch=[32, 32]), buffer_size=5_000)
 
 
 def runner_segments(runner):
-    """/dev/shm paths of the runner's own segments (weights and control)."""
-    return [f"/dev/shm/{runner._weights.handle.name}", f"/dev/shm/{runner._control.handle.name}"]
+    """/dev/shm paths of the runner's own segments (weights, control and, on-policy, rollouts)."""
+    names = [runner._weights.handle.name, runner._control.handle.name]
+    if getattr(runner._loop, "storage", None) is not None:
+        names.append(runner._loop.storage.handle.name)
+    return [f"/dev/shm/{name}" for name in names]
 
 
 def make_sac(**kwargs):
     from unilab_gym.integrations.sb3 import make_sb3_env
 
     env = make_sb3_env(ID, 1, seed=0, **SMALL_ENV)
-    return SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, seed=0, **{**FAST, **kwargs})
+    return SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, seed=0, **{**fast(), **kwargs})
+
+
+def ppo_fast():
+    return dict(n_steps=16, batch_size=32, n_epochs=2, policy_kwargs=dict(net_arch=[32, 32]))
+
+
+def make_ppo(n_envs, algo=PPO, **kwargs):
+    """An on-policy model whose env has ``n_envs`` envs (= num_collectors * envs_per_collector)."""
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    env = make_sb3_env(ID, n_envs, seed=0, **SMALL_ENV)
+    defaults = ppo_fast() if algo is PPO else dict(n_steps=16, policy_kwargs=dict(net_arch=[32, 32]))
+    return algo("MlpPolicy", env, seed=0, **{**defaults, **kwargs})
+
+
+def make_model(family, n_envs):
+    """A quick SAC (``"sac"``) or PPO (``"ppo"``) model for a runner with ``n_envs`` collector envs in total."""
+    return make_sac(learning_starts=10) if family == "sac" else make_ppo(n_envs)
+
+
+def release(model):
+    """Free what the model itself owns in shared memory (SAC's replay)."""
+    if isinstance(model, SAC):
+        model.replay_buffer.close()
+
+
+def env_fn_kwargs(family):
+    """On-policy collectors need same-step autoreset from an env_fn."""
+    return {} if family == "sac" else {"autoreset_mode": "SameStep"}
+
+
+FAMILIES = ["sac", "ppo"]
 
 
 def assert_no_children():
@@ -90,7 +133,7 @@ def test_default_replay_ratio_maps_sb3_train_freq_and_gradient_steps():
     from unilab_gym.integrations.sb3 import make_sb3_env
 
     env = make_sb3_env(ID, 4, seed=0, **SMALL_ENV)
-    model = SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, train_freq=2, gradient_steps=3, **FAST)
+    model = SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, train_freq=2, gradient_steps=3, **fast())
     with AsyncRunner(model, env_id=ID) as runner:
         assert runner.replay_ratio == pytest.approx(3 / (2 * 4))
     model.gradient_steps = -1
@@ -106,7 +149,7 @@ def test_td3_trains_and_backpressure_bounds_collectors():
 
     env = make_sb3_env(ID, 1, seed=0, **SMALL_ENV)
     model = TD3("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, learning_starts=100, seed=1,
-                action_noise=NormalActionNoise(np.zeros(12), 0.1 * np.ones(12)), **FAST)
+                action_noise=NormalActionNoise(np.zeros(12), 0.1 * np.ones(12)), **fast())
     with AsyncRunner(model, env_fn=_runner_envs.quadruped, num_collectors=2, envs_per_collector=4, replay_ratio=1.0) as runner:
         runner.learn(600)
         produced = runner._control.total_transitions()
@@ -143,7 +186,7 @@ def test_bad_arguments(kwargs, match):
 def test_plain_replay_buffer_is_refused_with_the_fix():
     from unilab_gym.integrations.sb3 import make_sb3_env
 
-    model = SAC("MlpPolicy", make_sb3_env(ID, 1, **SMALL_ENV), **FAST)
+    model = SAC("MlpPolicy", make_sb3_env(ID, 1, **SMALL_ENV), **fast())
     with pytest.raises(ValueError, match="replay_buffer_class=unilab_gym.SharedReplayBuffer"):
         AsyncRunner(model, env_id=ID)
 
@@ -204,11 +247,225 @@ def test_policy_lag_is_bounded_and_logged(tmp_path):
     model.replay_buffer.close()
 
 
-# --------------------------------------------------------------------------- callbacks, saving
-def test_sb3_callbacks_checkpoint_eval_and_stop(tmp_path):
+# --------------------------------------------------------------------------- on-policy: rollouts, GAE, lag
+ROLLOUT_FIELDS = ["observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns"]
+
+
+class RolloutRecorder(BaseCallback):
+    """Records callback events, and at each rollout end the rollout buffer and the policy's weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.events, self.rollouts, self.policies = [], [], []
+
+    def _on_rollout_start(self):
+        self.events.append(("start", self.model.num_timesteps))
+
+    def _on_step(self):
+        self.events.append(("step", self.model.num_timesteps))
+        return True
+
+    def _on_rollout_end(self):
+        self.events.append(("end", self.model.num_timesteps))
+        buffer = self.model.rollout_buffer
+        self.rollouts.append({k: getattr(buffer, k).copy() for k in ROLLOUT_FIELDS})
+        self.policies.append({k: v.clone() for k, v in self.model.policy.state_dict().items()})
+
+
+def test_returns_and_advantages_equal_sb3_for_the_same_rollout_data():
+    from gymnasium import spaces
+
+    n_steps, n_envs = 9, 5
+    rng = np.random.default_rng(0)
+    storage = RolloutStorage.create(n_steps, n_envs, (3,), 2, num_collectors=1)
+    slot = 1
+    data = {
+        "observations": rng.normal(size=(n_steps, n_envs, 3)), "actions": rng.normal(size=(n_steps, n_envs, 2)),
+        "rewards": rng.normal(size=(n_steps, n_envs)), "episode_starts": rng.random((n_steps, n_envs)) < 0.3,
+        "values": rng.normal(size=(n_steps, n_envs)), "log_probs": rng.normal(size=(n_steps, n_envs)),
+    }
+    data["episode_starts"][0] = True
+    for name, value in data.items():
+        getattr(storage, name)[slot] = value
+    storage.last_values[slot] = last_values = rng.normal(size=n_envs).astype(np.float32)
+    storage.last_dones[slot] = last_dones = rng.random(n_envs) < 0.5
+    obs_space, act_space = spaces.Box(-10, 10, (3,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
+
+    ours = RolloutBuffer(n_steps, obs_space, act_space, gamma=0.9, gae_lambda=0.8, n_envs=n_envs)
+    storage.fill(ours, slot)
+    theirs = RolloutBuffer(n_steps, obs_space, act_space, gamma=0.9, gae_lambda=0.8, n_envs=n_envs)
+    f32 = {k: np.asarray(v, np.float32) for k, v in data.items()}
+    for t in range(n_steps):  # what SB3's collect_rollouts does
+        theirs.add(f32["observations"][t], f32["actions"][t], f32["rewards"][t], f32["episode_starts"][t],
+                   torch.as_tensor(f32["values"][t]), torch.as_tensor(f32["log_probs"][t]))
+    theirs.compute_returns_and_advantage(last_values=torch.as_tensor(last_values), dones=last_dones)
+    for name in ROLLOUT_FIELDS:
+        np.testing.assert_array_equal(getattr(ours, name), getattr(theirs, name), err_msg=name)
+    assert ours.full and ours.pos == n_steps
+    # and the advantages are not trivially equal: an episode start cuts the bootstrap
+    assert np.abs(ours.advantages).sum() > 0
+    path = f"/dev/shm/{storage.handle.name}"
+    storage.close()
+    assert not os.path.exists(path)
+
+
+def test_ppo_one_collector_lag0_equals_stock_sb3_bit_for_bit_and_reruns_identically():
+    """Same seed, same data: one collector of 8 envs trains exactly what stock SB3 PPO trains on 8 envs."""
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    env_kwargs = dict(max_episode_steps=10, envs_per_cluster=4)  # truncations (bootstrap) in every rollout
+
+    def make():
+        env = make_sb3_env(ID, 8, seed=3, **env_kwargs)
+        return PPO("MlpPolicy", env, n_steps=32, batch_size=64, n_epochs=2, seed=3, policy_kwargs=dict(net_arch=[32, 32]))
+
+    stock, stock_rec = make(), RolloutRecorder()
+    torch.manual_seed(3)  # the collector seeds torch with seed + 0 before its first action
+    stock.learn(3 * 256, callback=stock_rec)
+    assert all(r["episode_starts"][1:].any() for r in stock_rec.rollouts)  # episodes ended inside each rollout
+    runs = []
+    for _ in range(2):
+        model, rec = make(), RolloutRecorder()
+        with AsyncRunner(model, env_id=ID, num_collectors=1, envs_per_collector=8, env_kwargs=env_kwargs) as runner:
+            assert runner.seed == 3 and runner.max_policy_lag == 0
+            runner.learn(3 * 256, callback=rec)
+        runs.append(model)
+        assert rec.events == stock_rec.events
+        for k, (ours, theirs) in enumerate(zip(rec.rollouts, stock_rec.rollouts, strict=True)):
+            for name in ROLLOUT_FIELDS:
+                np.testing.assert_array_equal(ours[name], theirs[name], err_msg=f"rollout {k} {name}")
+    for model in runs:
+        assert model._n_updates == stock._n_updates == 3 * 2
+        for (name, ours), theirs in zip(model.policy.state_dict().items(), stock.policy.state_dict().values()):
+            assert torch.equal(ours, theirs), name
+
+
+@pytest.mark.parametrize("algo, lag", [(PPO, 1), (A2C, 0)])
+def test_on_policy_two_collectors_callbacks_logs_and_behaviour_policy(tmp_path, algo, lag):
+    from stable_baselines3.common.logger import configure
+
+    model = make_ppo(8, algo=algo)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    rec = RolloutRecorder()
+    rollouts = 5
+    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV, max_policy_lag=lag) as runner:
+        runner.learn(rollouts * 16 * 8 - 3, callback=rec)  # SB3 rounds up to whole rollouts
+    assert model.num_timesteps == rollouts * 16 * 8
+    # SB3's order: on_rollout_start, on_step once per vector step (num_timesteps += n_envs), on_rollout_end
+    expected = []
+    for k in range(rollouts):
+        expected += [("start", k * 128)] + [("step", k * 128 + 8 * (t + 1)) for t in range(16)] + [("end", (k + 1) * 128)]
+    assert rec.events == expected
+    assert model._n_updates == rollouts * (model.n_epochs if algo is PPO else 1)
+    assert len(model.ep_info_buffer) > 0 and all(e["l"] == 20 for e in model.ep_info_buffer)
+
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
+    for key in ("unilab/policy_lag", "rollout/ep_rew_mean", "rollout/ep_len_mean", "time/fps", "train/value_loss"):
+        assert key in rows[0], key
+    lags = [int(float(r["unilab/policy_lag"])) for r in rows]
+    assert len(lags) == rollouts and lags[0] == 0
+    assert set(lags) <= {0, lag} and (max(lags) == lag)
+    # values and log-probs are the behaviour policy's: the weights of lag updates ago
+    for k, (rollout, lag_k) in enumerate(zip(rec.rollouts, lags)):
+        obs = torch.as_tensor(rollout["observations"].reshape(-1, 48))
+        actions = torch.as_tensor(rollout["actions"].reshape(-1, 12))
+
+        def evaluate(weights):
+            model.policy.load_state_dict(weights)
+            with torch.no_grad():
+                values, log_probs, _ = model.policy.evaluate_actions(obs, actions)
+            return values.numpy().ravel(), log_probs.numpy()
+
+        values, log_probs = evaluate(rec.policies[k - lag_k])
+        np.testing.assert_allclose(values, rollout["values"].ravel(), atol=1e-5)
+        np.testing.assert_allclose(log_probs, rollout["log_probs"].ravel(), atol=1e-4)
+        if lag_k:  # and not the learner's newer weights
+            assert not np.allclose(evaluate(rec.policies[k])[1], rollout["log_probs"].ravel(), atol=1e-4)
+
+
+def test_collector_failure_during_a_long_train_is_reported_within_1s(tmp_path):
+    """Lag 1: collectors run while the learner trains, so faults are checked between minibatches."""
+    model = make_ppo(4, batch_size=8, n_epochs=300)  # one train() takes seconds
+    stamp, training = str(tmp_path / "raised"), tmp_path / "training"
+
+    class AnnounceTraining(BaseCallback):
+        def _on_rollout_end(self):  # the learner calls train() right after this
+            training.touch()
+
+        def _on_step(self):
+            return True
+
+    # collectors fail on their first step once the learner is training on rollout 0: the slowest
+    # collector is then collecting rollout 1 (lag 1), so at least one fails during that train()
+    env_fn = functools.partial(_runner_envs.failing_quadruped, fail_at=-1, stamp_path=stamp, trigger_path=str(training),
+                               autoreset_mode="SameStep")
+    runner = AsyncRunner(model, env_fn=env_fn, num_collectors=2, envs_per_collector=2, max_policy_lag=1)
+    with pytest.raises(CollectorError, match="raised an exception"):
+        runner.learn(100_000, callback=AnnounceTraining())
+    caught = time.time()
+    raised = min(float(open(f).read()) for f in glob.glob(stamp + ".*"))
+    assert caught - raised < 1.0
+    assert model._n_updates < 300  # noticed in the middle of the first train() (300 epochs: seconds), not after it
+    assert_no_children()
+
+
+def test_on_policy_env_without_same_step_autoreset_is_reported():
+    model = make_ppo(4)
+    runner = AsyncRunner(model, env_fn=_runner_envs.quadruped, num_collectors=1, envs_per_collector=4)
+    with pytest.raises(CollectorError, match="autoreset_mode='SameStep'"):
+        runner.learn(1_000)
+    assert runner.closed
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(max_policy_lag=2), "max_policy_lag must be 0"),
+        (dict(max_policy_lag=-1), "max_policy_lag must be 0"),
+        (dict(replay_ratio=0.5), "replay_ratio is for off-policy"),
+        (dict(num_collectors=3), r"make_sb3_env\(env_id, 12\)"),
+        (dict(env_kwargs=dict(autoreset_mode="NextStep")), "SameStep"),
+    ],
+)
+def test_on_policy_bad_arguments_are_refused_and_leak_nothing(monkeypatch, kwargs, match):
+    created = []
+    create = RolloutStorage.create
+    monkeypatch.setattr(RolloutStorage, "create", lambda *a, **k: created.append(create(*a, **k)) or created[-1])
+    model = make_ppo(8)
+    stock_buffer = model.rollout_buffer
+    with pytest.raises(ValueError, match=match):
+        AsyncRunner(model, env_id=ID, **{"num_collectors": 2, "envs_per_collector": 4, **kwargs})
+    assert all(s._segment.closed for s in created)
+    assert model.rollout_buffer is stock_buffer
+
+
+def test_an_on_policy_model_takes_one_open_runner_at_a_time():
+    model = make_ppo(8)
+    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4):
+        with pytest.raises(ValueError, match="another AsyncRunner"):
+            AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4)
+    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4):  # closed: free again
+        pass
+
+
+def test_vec_normalize_is_refused():
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    model = PPO("MlpPolicy", VecNormalize(make_sb3_env(ID, 8, **SMALL_ENV)), **ppo_fast())
+    with pytest.raises(ValueError, match="VecNormalize"):
+        AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4)
+
+
+# --------------------------------------------------------------------------- callbacks, saving (both families)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sb3_callbacks_checkpoint_eval_and_stop(tmp_path, family):
     import gymnasium as gym
 
-    model = make_sac(learning_starts=50)
+    model = make_sac(learning_starts=50) if family == "sac" else make_ppo(4)
     eval_env = gym.make(ID, max_episode_steps=10)
     stop = StopTrainingOnRewardThreshold(reward_threshold=-1e9, verbose=0)
     callbacks = [
@@ -217,35 +474,44 @@ def test_sb3_callbacks_checkpoint_eval_and_stop(tmp_path):
     ]
     with AsyncRunner(model, env_id=ID, num_collectors=1, envs_per_collector=4, env_kwargs=SMALL_ENV) as runner:
         runner.learn(10_000, callback=callbacks, progress_bar=True)
-    assert 200 <= model.num_timesteps < 10_000  # stopped by the threshold at the first evaluation
-    assert len(list((tmp_path / "ckpt").glob("*.zip"))) >= 2
-    model.replay_buffer.close()
+        # on_step is called once per model.n_envs env steps: the first evaluation (200 calls) stopped training
+        assert model.num_timesteps == 200 * model.n_envs
+        assert len(list((tmp_path / "ckpt").glob("*.zip"))) == 2
+        # training resumes after a stop (PPO: the stopped rollout is dropped, as in SB3; one new rollout of 16 x 4)
+        steps, updates = model.num_timesteps, model._n_updates
+        runner.learn(64, reset_num_timesteps=False)  # SB3: 64 more env steps
+        assert model.num_timesteps == steps + 64
+        if family == "ppo":
+            assert model._n_updates == updates + model.n_epochs
+    release(model)
 
 
-def test_saved_model_loads_without_unilab_gym(tmp_path):
-    model = make_sac(learning_starts=50)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_saved_model_loads_without_unilab_gym(tmp_path, family):
+    model = make_sac(learning_starts=50) if family == "sac" else make_ppo(4)
     with AsyncRunner(model, env_id=ID, num_collectors=1, envs_per_collector=4, env_kwargs=SMALL_ENV) as runner:
         runner.learn(200)
-    model.save(tmp_path / "sac")
+    model.save(tmp_path / "model")
     obs = np.zeros((1, 48), np.float32)
     expected = model.predict(obs, deterministic=True)[0]
-    model.replay_buffer.close()
+    release(model)
     code = textwrap.dedent(f"""
         import sys, numpy as np
         sys.modules["unilab_gym"] = None  # importing it now fails
-        from stable_baselines3 import SAC
-        m = SAC.load({str(tmp_path / 'sac.zip')!r}, device="cpu")
+        from stable_baselines3 import {type(model).__name__} as Algo
+        m = Algo.load({str(tmp_path / 'model.zip')!r}, device="cpu")
         print(repr(m.predict(np.zeros((1, 48), np.float32), deterministic=True)[0].tolist()))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     np.testing.assert_allclose(eval(out.stdout.strip()), expected, rtol=1e-6)
 
 
-# --------------------------------------------------------------------------- faults and cleanup
-def test_collector_exception_surfaces_within_1s_with_traceback(tmp_path):
-    model = make_sac(learning_starts=10)
+# --------------------------------------------------------------------------- faults and cleanup (both families)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_collector_exception_surfaces_within_1s_with_traceback(tmp_path, family):
+    model = make_model(family, 4)
     stamp = str(tmp_path / "raised")
-    env_fn = functools.partial(_runner_envs.failing_quadruped, fail_at=30, stamp_path=stamp)
+    env_fn = functools.partial(_runner_envs.failing_quadruped, fail_at=30, stamp_path=stamp, **env_fn_kwargs(family))
     runner = AsyncRunner(model, env_fn=env_fn, num_collectors=2, envs_per_collector=2)
     segments = runner_segments(runner)
     with pytest.raises(CollectorError) as info:
@@ -257,11 +523,12 @@ def test_collector_exception_surfaces_within_1s_with_traceback(tmp_path):
     assert runner.closed
     assert_no_children()
     assert not any(os.path.exists(s) for s in segments)
-    model.replay_buffer.close()
+    release(model)
 
 
-def test_sigkilled_collector_is_detected_within_1s():
-    model = make_sac(learning_starts=10)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sigkilled_collector_is_detected_within_1s(family):
+    model = make_model(family, 8)
     killed = {}
 
     class Killer(BaseCallback):
@@ -272,17 +539,20 @@ def test_sigkilled_collector_is_detected_within_1s():
             return True
 
     runner = AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV)
+    segments = runner_segments(runner)
     with pytest.raises(CollectorError, match=r"collector 1 .*signal 9") as info:
         runner.learn(100_000, callback=Killer())
     assert time.monotonic() - killed["t"] < 1.0
     assert info.value.exitcode == -signal.SIGKILL
     assert_no_children()
-    model.replay_buffer.close()
+    assert not any(os.path.exists(s) for s in segments)
+    release(model)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, ValueError])
-def test_learner_or_callback_exception_stops_collectors_within_5s(exc):
-    model = make_sac(learning_starts=10)
+def test_learner_or_callback_exception_stops_collectors_within_5s(exc, family):
+    model = make_model(family, 8)
     raised = {}
 
     class Raiser(BaseCallback):
@@ -303,13 +573,13 @@ def test_learner_or_callback_exception_stops_collectors_within_5s(exc):
     runner.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         runner.learn(10)
-    model.replay_buffer.close()
+    release(model)
 
 
 _SIGINT_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
-from test_async_runner import make_sac, runner_segments, ID, SMALL_ENV
+from test_async_runner import make_model, runner_segments, ID, SMALL_ENV
 from unilab_gym import AsyncRunner
 from stable_baselines3.common.callbacks import BaseCallback
 
@@ -318,39 +588,65 @@ class Announce(BaseCallback):
         if self.num_timesteps >= 20 and not getattr(self, "done", False):
             self.done = True
             print("PIDS", *runner.collector_pids, flush=True)
-            replay = "/dev/shm/" + self.model.replay_buffer.handle.name
-            print("SEGMENTS", replay, *runner_segments(runner), flush=True)
+            own = ["/dev/shm/" + self.model.replay_buffer.handle.name] if {family!r} == "sac" else []
+            print("SEGMENTS", *own, *runner_segments(runner), flush=True)
         return True
 
-model = make_sac(learning_starts=10)
-runner = AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV)
-runner.learn(10_000_000, callback=Announce())
+if __name__ == "__main__":
+    model = make_model({family!r}, 8)
+    runner = AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV)
+    runner.learn(10_000_000, callback=Announce())
 """
 
 
-def test_real_ctrl_c_in_the_learner_process_leaves_nothing_behind():
-    code = _SIGINT_SCRIPT.format(tests=os.path.dirname(__file__))
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_real_ctrl_c_in_the_learner_process_leaves_nothing_behind(tmp_path, family):
+    script = tmp_path / "learner.py"
+    script.write_text(_SIGINT_SCRIPT.format(tests=os.path.dirname(__file__), family=family))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         pids = [int(p) for p in proc.stdout.readline().split()[1:]]
         segments = proc.stdout.readline().split()[1:]
-    except BaseException:
-        proc.kill()
-        raise
-    assert len(pids) == 2 and len(segments) == 3 and all(os.path.exists(s) for s in segments)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
+        assert len(pids) == 2 and len(segments) == 3 and all(os.path.exists(s) for s in segments)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:  # never leave the learner running (it would train for hours)
+            proc.kill()
+            proc.wait()
     assert time.monotonic() - sent < 5.0 + 2.0  # collectors joined within 5 s, plus interpreter exit
     assert "KeyboardInterrupt" in proc.stderr.read()
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not [s for s in segments if os.path.exists(s)]
 
 
-def test_close_is_idempotent_and_context_manager_closes():
-    model = make_sac()
-    with AsyncRunner(model, env_id=ID) as runner:
-        pass
+@pytest.mark.parametrize("family", FAMILIES)
+def test_close_is_idempotent_and_context_manager_closes(family):
+    model = make_model(family, 8)
+    counts = {} if family == "sac" else dict(num_collectors=2, envs_per_collector=4)  # sac: the defaults
+    with AsyncRunner(model, env_id=ID, **counts) as runner:
+        segments = runner_segments(runner)
+        assert all(os.path.exists(s) for s in segments)
     assert runner.closed
+    assert not any(os.path.exists(s) for s in segments)
     runner.close()
-    model.replay_buffer.close()
+    if family == "ppo":
+        assert type(model.rollout_buffer) is RolloutBuffer  # the model got its own buffer back
+    release(model)
+
+
+# --------------------------------------------------------------------------- example
+@pytest.mark.slow
+def test_train_ppo_async_example_trains_and_saves(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, os.path.join(root, "examples", "train_ppo_async.py"), "--total-steps", "1024",
+         "--num-collectors", "2", "--envs-per-collector", "4", "--n-steps", "32", "--max-episode-steps", "50",
+         "--seed", "1", "--save-path", str(tmp_path / "ppo"), "--no-progress"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "unilab/" in out.stdout and "policy_lag" in out.stdout and "ep_rew_mean" in out.stdout
+    model = PPO.load(tmp_path / "ppo.zip", device="cpu")
+    assert model.num_timesteps == 1024 and model._n_updates == 4 * 5  # 4 rollouts of 32 x 8, 5 epochs each

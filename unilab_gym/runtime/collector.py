@@ -1,10 +1,16 @@
-"""The collector process: one vector env (an EIC cluster), a CPU copy of the actor, writes to shared replay.
+"""The collector process: one vector env (an EIC cluster) and a CPU copy of the policy.
 
 Started by :class:`~unilab_gym.runtime.runner.AsyncRunner` with the ``spawn`` start method.
-Everything it needs arrives as picklable handles; it reports to the learner through its own
-one-way pipe (``("episodes", returns, lengths)`` messages, or ``("error", traceback)`` before
-it exits with code 1). It ignores SIGINT (the learner decides when to stop) and exits when
-the learner sets ``stop`` or disappears.
+Everything it needs arrives as picklable handles. :func:`collector_main` sets up what every
+collector shares (env, policy, weights, counters, error channel) as a :class:`Collector`, then
+hands it to the spec's *writer*, which runs the family's loop and decides what is written
+where: :class:`~unilab_gym.runtime.off_policy.ReplayWriter` (transitions into the shared
+replay) or :class:`~unilab_gym.runtime.on_policy.RolloutWriter` (rollouts into the shared
+rollout storage).
+
+It reports to the learner through its own one-way pipe (``("episodes", returns, lengths)``
+messages, or ``("error", traceback)`` before it exits with code 1). It ignores SIGINT (the
+learner decides when to stop) and exits when the learner sets ``stop`` or disappears.
 """
 
 from __future__ import annotations
@@ -18,15 +24,24 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from unilab_gym.runtime.control import BUDGET, EPISODES, LEARNING_STARTS, STEP_CALLS, TRANSITIONS, VERSION, Control, ControlHandle
+from unilab_gym.runtime.control import EPISODES, READY, VERSION, Control, ControlHandle
 from unilab_gym.runtime.weights import SharedWeights, WeightsHandle
 
-#: How long a collector waits between checks while it has no budget (backpressure), in s.
+#: How long a collector sleeps between checks while it may not collect, in s.
 IDLE_WAIT_S = 0.0005
+
+
+class Writer(Protocol):
+    """The family-specific part of a collector (picklable; runs in the collector process)."""
+
+    #: autoreset mode the writer needs from the env (``"SameStep"``), or ``None`` for any.
+    autoreset_mode: str | None
+
+    def run(self, collector: "Collector") -> None: ...
 
 
 @dataclass
@@ -34,40 +49,114 @@ class CollectorSpec:
     """What one collector needs (picklable).
 
     ``env_id`` / ``env_kwargs`` or ``env_fn`` (``env_fn(num_envs) -> gymnasium VectorEnv``) make its
-    env; ``seed`` seeds the env (env ``i`` gets ``seed + i``), torch and the exploration noise.
-    ``algo`` is ``"sac"`` (sample the stochastic actor) or ``"td3"`` (deterministic actor plus
-    ``action_noise``). ``actor`` is the actor module saved with ``torch.save`` (bytes).
+    env, reset with ``env_seed`` (env ``i`` gets ``env_seed + i``); ``seed`` seeds torch and
+    numpy. ``policy`` is the module the collector runs (SB3 actor, or the whole
+    ``ActorCriticPolicy``), saved with ``torch.save`` (bytes); its weights then follow the
+    learner's through shared memory.
     """
 
     index: int
     num_envs: int
+    env_seed: int
     seed: int
-    algo: str
-    actor: bytes
+    policy: bytes
+    writer: Any
     env_id: str | None = None
     env_fn: Callable[[int], Any] | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    action_noise: Any = None
     parent_pid: int = 0
 
 
-def make_vector_env(spec: CollectorSpec):
-    """The collector's gymnasium ``VectorEnv``."""
+def make_vector_env(spec: CollectorSpec, autoreset_mode: str | None = None) -> Any:
+    """The collector's gymnasium ``VectorEnv`` (with ``autoreset_mode`` if given and made from ``env_id``)."""
     if spec.env_fn is not None:
         return spec.env_fn(spec.num_envs)
     import gymnasium as gym
 
     import unilab_gym  # noqa: F401  (registers UniLab ids)
 
-    return gym.make_vec(spec.env_id, num_envs=spec.num_envs, **spec.env_kwargs)
+    kwargs = dict(spec.env_kwargs)
+    if autoreset_mode is None:
+        return gym.make_vec(spec.env_id, num_envs=spec.num_envs, **kwargs)
+    if gym.spec(spec.env_id).vector_entry_point is not None:  # a native vector env takes it as a kwarg
+        return gym.make_vec(spec.env_id, num_envs=spec.num_envs, **kwargs, autoreset_mode=autoreset_mode)
+    from gymnasium.vector import AutoresetMode
+
+    return gym.make_vec(spec.env_id, num_envs=spec.num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": AutoresetMode(autoreset_mode)}, **kwargs)
 
 
-def collector_main(spec: CollectorSpec, replay_handle: Any, weights_handle: WeightsHandle, control_handle: ControlHandle, conn: Connection) -> None:
-    """Process entry point: run :func:`_collect`, report any exception through ``conn``."""
+def autoreset_mode_of(env: Any) -> str:
+    """The env's autoreset mode as a string (``"NextStep"``, ``"SameStep"`` or ``"Disabled"``)."""
+    mode = env.metadata.get("autoreset_mode", "NextStep")
+    return str(getattr(mode, "value", mode))
+
+
+class Collector:
+    """What a writer works with inside the collector process.
+
+    :ivar spec: the :class:`CollectorSpec`.
+    :ivar env: the gymnasium vector env (``num_envs`` envs), not yet reset.
+    :ivar policy: the torch module on CPU, in eval mode, with the weights of :attr:`version`.
+    :ivar control: the shared counters; :attr:`row` is this collector's row.
+    :ivar version: weight version loaded into :attr:`policy` (0: none yet).
+    """
+
+    def __init__(self, spec: CollectorSpec, env: Any, policy: Any, weights: SharedWeights, control: Control, conn: Connection):
+        self.spec, self.env, self.policy, self.control, self.conn = spec, env, policy, control, conn
+        self.row = control.rows[spec.index]
+        self.version = 0
+        self._weights = weights
+        self._params = list(policy.state_dict().values())
+        self._flat = np.empty(sum(t.numel() for t in self._params), np.float32)
+        self._ep_return = np.zeros(env.num_envs)
+        self._ep_length = np.zeros(env.num_envs, np.int64)
+        self.row[READY] = 1
+
+    @property
+    def running(self) -> bool:
+        """False once the learner set ``stop`` or exited."""
+        return not self.control.stopped and os.getppid() == self.spec.parent_pid
+
+    def refresh(self) -> int:
+        """Load the newest published weights into :attr:`policy` if they are newer; return :attr:`version`."""
+        if self._weights.version > self.version:
+            self.version = self._weights.read(self._flat)
+            _load(self._params, self._flat)
+            self.row[VERSION] = self.version
+        return self.version
+
+    @staticmethod
+    def idle() -> None:
+        time.sleep(IDLE_WAIT_S)
+
+    def track_episodes(self, reward: np.ndarray, done: np.ndarray, counted: np.ndarray | None = None) -> np.ndarray:
+        """Add ``reward`` (N,) to the running episode stats (only where ``counted``), report the ``done`` ones.
+
+        Returns the indices of the envs whose episode ended (their stats restart from zero).
+        """
+        if counted is None:
+            self._ep_return += reward
+            self._ep_length += 1
+        else:
+            self._ep_return[counted] += reward[counted]
+            self._ep_length[counted] += 1
+        idx = np.flatnonzero(done)
+        if idx.size:
+            self.conn.send(("episodes", self._ep_return[idx].tolist(), self._ep_length[idx].tolist()))
+            self.row[EPISODES] += idx.size
+            self._ep_return[idx] = 0.0
+            self._ep_length[idx] = 0
+        return idx
+
+
+def collector_main(spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: ControlHandle, conn: Connection) -> None:
+    """Process entry point: run the writer; on an exception, report it through ``conn`` first, then clean up."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    opened: list[Any] = []  # closed in reverse order, after the learner has been told of any error
     code = 0
     try:
-        _collect(spec, replay_handle, weights_handle, control_handle, conn)
+        _run(spec, weights_handle, control_handle, conn, opened)
     except BaseException:
         code = 1
         try:
@@ -75,97 +164,36 @@ def collector_main(spec: CollectorSpec, replay_handle: Any, weights_handle: Weig
         except OSError:
             pass
     finally:
+        for resource in reversed(opened):
+            try:
+                resource.close()
+            except Exception:
+                pass
         # skip interpreter teardown (torch's takes ~1 s): every resource was released above
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
 
 
-def _collect(spec: CollectorSpec, replay_handle: Any, weights_handle: WeightsHandle, control_handle: ControlHandle, conn: Connection) -> None:
+def _run(spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: ControlHandle, conn: Connection, opened: list[Any]) -> None:
     import torch
-    from stable_baselines3.common.noise import VectorizedActionNoise
-
-    from unilab_gym.replay import ReplayStorage
 
     torch.set_num_threads(1)
     torch.manual_seed(spec.seed)
-    actor = torch.load(io.BytesIO(spec.actor), weights_only=False)
-    actor.eval()
-    params = [t for t in actor.state_dict().values()]
-    flat = np.empty(sum(t.numel() for t in params), np.float32)
-
-    env = make_vector_env(spec)
-    storage = ReplayStorage.attach(replay_handle)
+    np.random.seed(spec.seed % 2**32)
+    policy = torch.load(io.BytesIO(spec.policy), weights_only=False)
+    policy.eval()
     weights = SharedWeights.attach(weights_handle)
+    opened.append(weights)
     control = Control.attach(control_handle)
-    row = control.rows[spec.index]
-    n = env.num_envs
-    space = env.single_action_space
-    low, high = space.low.astype(np.float64), space.high.astype(np.float64)
-    rng = np.random.default_rng(spec.seed)
-    noise = spec.action_noise
-    if noise is not None and not isinstance(noise, VectorizedActionNoise):
-        noise = VectorizedActionNoise(noise, n)
-    same_step = str(env.metadata.get("autoreset_mode", "")).endswith(("SAME_STEP", "SameStep"))
-    try:
-        obs, _ = env.reset(seed=spec.seed)
-        restarting = np.zeros(n, bool)  # NEXT_STEP: envs whose next step is a reset step
-        ep_return = np.zeros(n)
-        ep_length = np.zeros(n, np.int64)
-        version = 0
-        while not control.stopped and os.getppid() == spec.parent_pid:
-            if weights.version > version:
-                version = weights.read(flat)
-                _load(params, flat)
-                row[VERSION] = version
-            total = control.total_transitions()
-            if total >= control.globals[BUDGET] or version == 0:
-                time.sleep(IDLE_WAIT_S)
-                continue
-            if total < control.globals[LEARNING_STARTS]:
-                scaled = rng.uniform(-1.0, 1.0, (n, low.size))
-            else:
-                with torch.no_grad():
-                    obs_t = torch.as_tensor(np.asarray(obs, np.float32))
-                    if spec.algo == "sac":
-                        scaled = actor(obs_t, deterministic=False).numpy().astype(np.float64)
-                    else:
-                        scaled = actor(obs_t).numpy().astype(np.float64)
-                if noise is not None:
-                    scaled = np.clip(scaled + noise(), -1.0, 1.0)
-            env_action = (low + 0.5 * (scaled + 1.0) * (high - low)).astype(space.dtype)
-            next_obs, reward, terminated, truncated, info = env.step(env_action)
-            keep = ~restarting
-            stored_next = np.array(next_obs, np.float32, copy=True)
-            if same_step and "final_obs" in info:
-                for i in np.flatnonzero(info["_final_obs"]):
-                    stored_next[i] = info["final_obs"][i]
-            if keep.any():
-                storage.add(obs[keep], stored_next[keep], scaled[keep], reward[keep], terminated[keep], truncated[keep])
-            row[TRANSITIONS] += int(keep.sum())
-            row[STEP_CALLS] += 1
-            ep_return[keep] += reward[keep]
-            ep_length[keep] += 1
-            done = (terminated | truncated) & keep
-            if done.any():
-                idx = np.flatnonzero(done)
-                conn.send(("episodes", ep_return[idx].tolist(), ep_length[idx].tolist()))
-                row[EPISODES] += idx.size
-                ep_return[idx] = 0.0
-                ep_length[idx] = 0
-                if noise is not None:
-                    noise.reset(indices=idx.tolist())
-            restarting = done if not same_step else np.zeros(n, bool)
-            obs = next_obs
-    finally:
-        env.close()
-        storage.close()
-        weights.close()
-        control.close()
+    opened.append(control)
+    env = make_vector_env(spec, spec.writer.autoreset_mode)
+    opened.append(env)
+    spec.writer.run(Collector(spec, env, policy, weights, control, conn))
 
 
 def _load(params: list, flat: np.ndarray) -> None:
-    """Copy the flat float32 vector into the actor's state tensors, in state_dict order."""
+    """Copy the flat float32 vector into the module's state tensors, in state_dict order."""
     import torch
 
     offset = 0

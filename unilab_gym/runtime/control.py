@@ -1,6 +1,6 @@
 """Shared counters between the learner and its collectors (one small int64 segment).
 
-The learner writes ``budget``, ``stop`` and ``learning_starts``; collector ``c`` writes only its own row.
+The learner writes the global fields; collector ``c`` writes only its own row.
 Every field is one aligned int64 with a single writer, so no lock is needed.
 """
 
@@ -13,11 +13,11 @@ import numpy as np
 from unilab_gym.replay.segment import Segment
 
 # learner-written fields
-STOP, BUDGET, LEARNING_STARTS = 0, 1, 2
+STOP, BUDGET, LEARNING_STARTS, GRANTED = 0, 1, 2, 3
 _GLOBAL = 8
 # per-collector row fields
-TRANSITIONS, VERSION, EPISODES, STEP_CALLS = 0, 1, 2, 3
-_ROW = 4
+TRANSITIONS, VERSION, EPISODES, STEP_CALLS, ROLLOUTS, READY = 0, 1, 2, 3, 4, 5
+_ROW = 6
 
 
 @dataclass(frozen=True)
@@ -29,11 +29,13 @@ class ControlHandle:
 class Control:
     """Counters shared by the learner (owner) and ``num_collectors`` collectors (attachers).
 
-    Learner fields: ``stop`` (1 = collectors exit), ``budget`` (collectors may commit
-    transitions while the total is below it: backpressure), ``learning_starts`` (total
-    transitions before which collectors act uniformly at random, as SB3 does).
-    Collector ``c`` fields: ``transitions`` committed to storage, policy ``version`` in use,
-    ``episodes`` finished, ``step_calls`` (vector-env steps).
+    Learner fields: ``stop`` (1 = collectors exit); off-policy: ``budget`` (collectors may
+    commit transitions while the total is below it: backpressure), ``learning_starts`` (total
+    transitions before which collectors act uniformly at random, as SB3 does); on-policy:
+    ``granted`` (collectors may collect rollouts ``0 .. granted - 1``).
+    Collector ``c`` fields: ``transitions`` written, policy ``version`` in use, ``episodes``
+    finished, ``step_calls`` (vector-env steps), ``rollouts`` completed (on-policy), ``ready``
+    (1 once it is in its loop, where it notices ``stop`` within one step).
     """
 
     def __init__(self, num_collectors: int, _segment: Segment | None = None):

@@ -1,34 +1,28 @@
-"""``AsyncRunner``: stock SB3 off-policy training with collection in separate processes.
+"""``AsyncRunner``: stock SB3 training with env collection in separate processes.
 
 ::
 
-    collector 0 ─┐  (spawned: EIC cluster + CPU actor)      ┌─► model.train()  (stock SB3, unchanged)
-    collector 1 ─┼──► SharedReplayBuffer (shared memory) ───┘         │
-       ...      ─┘         ▲                                          ▼
-                 └──────── versioned actor weights (shared memory) ◄──┘
+    collector 0 ─┐  (spawned: EIC cluster + CPU policy)      ┌─► model.train()  (stock SB3, unchanged)
+    collector 1 ─┼──► shared memory: replay | rollouts ──────┘         │
+       ...      ─┘         ▲                                           ▼
+                 └──────── versioned policy weights (shared memory) ◄──┘
 
-**Replay ratio.** The runner keeps SB3's ratio of gradient steps to env steps (transitions):
-``replay_ratio = gradient_steps / (train_freq * n_envs)``, with ``train_freq`` in steps and
-``n_envs`` the number of envs of the model's own env (``gradient_steps=-1`` means one gradient
-step per transition, as in SB3). E.g. ``SAC(..., make_sb3_env(id, 64), train_freq=1,
-gradient_steps=1)`` gives 1/64: one gradient step per 64 transitions, whoever collects them.
-Pass ``replay_ratio=`` to set it directly. After ``learning_starts`` transitions the learner
-runs ``floor((num_timesteps - learning_starts) * replay_ratio)`` gradient steps in total:
+One runtime for both families of SB3 algorithms. This module owns what they share: the
+collector processes, the weights they act with (:class:`SharedWeights`), the shared counters
+(:class:`Control`), fault detection, ``close()`` and the ``learn()`` plumbing (callbacks,
+logger, progress bar). What differs is a *loop* (learner side) and the *writer* it gives each
+collector (collector side):
 
-- when the learner falls behind, collectors wait (backpressure): together they may not run more
-  than ``2 * num_collectors * envs_per_collector`` transitions ahead of the learner;
-- when collectors fall behind, the learner waits for data instead of training more.
-
-**Policy lag** is the learner's published weight version minus the version a collector acts
-with. Collectors load every new version before their next step; the learner never publishes a
-version more than ``max_policy_lag`` ahead of the slowest live collector (it keeps training and
-publishes later), so the lag stays within ``max_policy_lag``. Both figures are logged.
+- off-policy (SAC, TD3, DDPG): :mod:`unilab_gym.runtime.off_policy` — collectors write
+  transitions into the model's ``SharedReplayBuffer``, the learner keeps SB3's replay ratio;
+- on-policy (PPO, A2C): :mod:`unilab_gym.runtime.on_policy` — collectors write whole
+  rollouts into :class:`~unilab_gym.runtime.rollout.RolloutStorage`, the learner fills
+  ``model.rollout_buffer`` and runs the stock ``train()``.
 """
 
 from __future__ import annotations
 
 import io
-import math
 import multiprocessing as mp
 import os
 import time
@@ -39,39 +33,46 @@ from typing import Any
 import numpy as np
 
 from unilab_gym.runtime.collector import CollectorSpec, collector_main
-from unilab_gym.runtime.control import BUDGET, LEARNING_STARTS, STOP, VERSION, Control
+from unilab_gym.runtime.control import READY, STOP, VERSION, Control
 from unilab_gym.runtime.errors import CollectorError
 from unilab_gym.runtime.weights import SharedWeights
 
 #: Longest a learner waits for collectors to exit on close before terminating them, in s.
 JOIN_TIMEOUT_S = 3.0
-#: Target duration of one ``model.train()`` call, in s: faults are checked between calls.
-TRAIN_CHUNK_S = 0.05
 
 
 class AsyncRunner:
-    """Drive a stock SB3 off-policy model (SAC, TD3, DDPG) with collectors in separate processes.
+    """Drive a stock SB3 model with collectors in separate processes.
+
+    Off-policy (``SAC``, ``TD3``, ``DDPG``): the model's replay buffer must be a
+    :class:`unilab_gym.SharedReplayBuffer` (``replay_buffer_class=SharedReplayBuffer``); see
+    :mod:`unilab_gym.runtime.off_policy` for the replay ratio and policy lag.
+    On-policy (``PPO``, ``A2C``): the model's env must have ``num_collectors *
+    envs_per_collector`` envs (``n_steps`` is per env, as in SB3); see
+    :mod:`unilab_gym.runtime.on_policy` for the rollout, GAE and lag semantics.
 
     Args:
-        model: an SB3 ``SAC`` / ``TD3`` / ``DDPG`` whose replay buffer is a
-            :class:`unilab_gym.SharedReplayBuffer` (``replay_buffer_class=SharedReplayBuffer``).
+        model: an SB3 ``SAC`` / ``TD3`` / ``DDPG`` / ``PPO`` / ``A2C``.
         env_id: a registered gymnasium id; each collector makes ``gym.make_vec(env_id,
-            num_envs=envs_per_collector, **env_kwargs)``.
-        env_fn: instead of ``env_id``: a picklable ``env_fn(num_envs) -> gymnasium.vector.VectorEnv``.
+            num_envs=envs_per_collector, **env_kwargs)`` (on-policy: with same-step autoreset).
+        env_fn: instead of ``env_id``: a picklable ``env_fn(num_envs) -> gymnasium.vector.VectorEnv``
+            (on-policy: with ``autoreset_mode="SameStep"``).
         num_collectors: collector processes.
         envs_per_collector: envs per collector (its EIC cluster size).
         env_kwargs: keyword arguments for ``gym.make_vec``.
-        max_policy_lag: most weight versions a collector may act behind the learner (>= 1).
-        replay_ratio: gradient steps per transition; default from the model (see module docs).
+        max_policy_lag: most weight versions a collector may act behind the learner. ``None``:
+            the family's default, 4 off-policy (valid: >= 1), 0 on-policy (valid: 0 or 1).
+        replay_ratio: off-policy only: gradient steps per transition; default from the model.
         seed: collector ``c`` seeds its env with ``seed + c * envs_per_collector`` (env ``i`` of it
-            gets ``+ i``) and its torch / noise streams with ``seed + c``; default ``model.seed``,
-            else random.
+            gets ``+ i``, so env ``j`` of all collectors gets ``seed + j``, as ``make_sb3_env``
+            seeds them) and torch / numpy with ``seed + c``; default ``model.seed``, else random.
         start_method: multiprocessing start method for collectors (``"spawn"``, safe with torch).
 
     Raises:
-        ValueError: an unsupported model (on-policy, gSDE, episode-based ``train_freq``), a
-            replay buffer that is not a ``SharedReplayBuffer``, a buffer capacity smaller than
-            ``learning_starts``, both or neither of ``env_id`` / ``env_fn``, or bad counts.
+        ValueError: an unsupported model or model setting (named in the message), both or
+            neither of ``env_id`` / ``env_fn``, bad counts, a bad ``max_policy_lag`` or
+            ``replay_ratio``, or a model whose env is wrapped in ``VecNormalize`` (collectors
+            would not normalize).
 
     Use as a context manager, or call :meth:`close`; it stops and joins every collector.
     """
@@ -85,16 +86,16 @@ class AsyncRunner:
         envs_per_collector: int = 32,
         *,
         env_kwargs: dict[str, Any] | None = None,
-        max_policy_lag: int = 4,
+        max_policy_lag: int | None = None,
         replay_ratio: float | None = None,
         seed: int | None = None,
         start_method: str = "spawn",
     ):
-        from stable_baselines3 import SAC, TD3
-        from stable_baselines3.common.buffers import ReplayBuffer
-        from stable_baselines3.common.type_aliases import TrainFrequencyUnit
+        from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+        from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
-        from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
+        from unilab_gym.runtime.off_policy import OffPolicyLoop
+        from unilab_gym.runtime.on_policy import OnPolicyLoop
 
         self._closed = True  # until fully constructed
         if (env_id is None) == (env_fn is None):
@@ -102,63 +103,54 @@ class AsyncRunner:
         for name, value in (("num_collectors", num_collectors), ("envs_per_collector", envs_per_collector)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int) or max_policy_lag < 1:
-            raise ValueError(f"max_policy_lag must be an int >= 1 for off-policy models, got {max_policy_lag!r}")
-        if isinstance(model, SAC):
-            self._algo = "sac"
-        elif isinstance(model, TD3):  # DDPG is a TD3
-            self._algo = "td3"
+        if isinstance(model, OnPolicyAlgorithm):
+            family = OnPolicyLoop
+        elif isinstance(model, OffPolicyAlgorithm):
+            family = OffPolicyLoop
         else:
-            raise ValueError(f"AsyncRunner drives SB3 SAC, TD3 or DDPG models, got {type(model).__name__}")
-        if getattr(model, "use_sde", False):
-            raise ValueError("AsyncRunner does not support gSDE exploration (use_sde=True)")
-        if not isinstance(model.replay_buffer, SharedReplayBuffer):
+            raise ValueError(f"AsyncRunner drives SB3 SAC, TD3, DDPG, PPO or A2C models, got {type(model).__name__}")
+        if model.get_vec_normalize_env() is not None:
             raise ValueError(
-                f"the model's replay buffer is a {type(model.replay_buffer).__name__}; create the model with "
-                "replay_buffer_class=unilab_gym.SharedReplayBuffer so collectors can write to it"
+                "the model's env is wrapped in VecNormalize, which collectors do not apply: their observations and "
+                "rewards would not be normalized; train without VecNormalize (or normalize inside the env)"
             )
-        capacity = model.replay_buffer.storage.capacity
-        if capacity < model.learning_starts:
-            raise ValueError(
-                f"replay buffer capacity {capacity} is smaller than learning_starts={model.learning_starts}: "
-                "training would never start"
-            )
-        if model.train_freq.unit != TrainFrequencyUnit.STEP:
-            raise ValueError("AsyncRunner needs train_freq in steps, e.g. train_freq=1 or (1, 'step')")
-        if replay_ratio is None:
-            per_call = model.train_freq.frequency * model.n_envs
-            replay_ratio = 1.0 if model.gradient_steps < 0 else model.gradient_steps / per_call
-        if not (math.isfinite(replay_ratio) and replay_ratio >= 0):
-            raise ValueError(f"replay_ratio must be a finite number >= 0, got {replay_ratio!r}")
-
+        self._loop = family(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
+        try:
+            self._env_kwargs = self._loop.env_kwargs(dict(env_kwargs or {}))
+        except BaseException:
+            self._loop.close()
+            raise
         self.model = model
-        self.replay_ratio = float(replay_ratio)
         self.num_collectors = num_collectors
         self.envs_per_collector = envs_per_collector
-        self.max_policy_lag = max_policy_lag
-        self._env_id, self._env_fn, self._env_kwargs = env_id, env_fn, dict(env_kwargs or {})
+        self.max_policy_lag: int = self._loop.max_policy_lag
+        #: off-policy: gradient steps per transition; ``None`` on-policy.
+        self.replay_ratio: float | None = self._loop.replay_ratio
+        self._env_id, self._env_fn = env_id, env_fn
         if seed is None:
             seed = model.seed if model.seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
         self.seed = int(seed)
         self._ctx = mp.get_context(start_method)
-        # a saved model must load without unilab_gym: SB3 pickles replay_buffer_class
-        model.replay_buffer_class = ReplayBuffer
-        model.replay_buffer_kwargs = {}
 
-        self._actor = model.actor
-        self._actor_tensors = list(self._actor.state_dict().values())
-        size = sum(t.numel() for t in self._actor_tensors)
+        self._policy = self._loop.policy
+        self._tensors = list(self._policy.state_dict().values())
+        size = sum(t.numel() for t in self._tensors)
         self._flat = np.empty(size, np.float32)
-        self._weights = SharedWeights(size)
+        self._published = np.full(size, np.nan, np.float32)
+        self._weights: SharedWeights | None = None
         try:
+            self._weights = SharedWeights(size)
             self._control = Control(num_collectors)
         except BaseException:
-            self._weights.close()
+            if self._weights is not None:
+                self._weights.close()
+            self._loop.close()
             raise
         self._procs: list[Any] = []
         self._conns: list[Any] = []
+        self._t0 = time.monotonic()
         self._closed = False
-        self._publish(force=True)
+        self._publish()
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "AsyncRunner":
@@ -183,13 +175,17 @@ class AsyncRunner:
     def close(self) -> None:
         """Stop and join every collector, then free the runner's shared memory. Idempotent.
 
-        Collectors get ``JOIN_TIMEOUT_S`` to exit, then SIGTERM, then SIGKILL. The model and its
-        replay buffer stay usable.
+        Collectors in their loop get ``JOIN_TIMEOUT_S`` to exit, then SIGTERM, then SIGKILL;
+        collectors still starting (imports, env construction) get SIGTERM at once. The model (and
+        its replay buffer) stays usable; an on-policy model gets its own rollout buffer back.
         """
         if self._closed:
             return
         self._closed = True
         self._control.globals[STOP] = 1
+        for proc, ready in zip(self._procs, self._control.rows[:, READY]):
+            if not ready:  # still importing or building its env: nothing to finish, do not wait for it
+                proc.terminate()
         deadline = time.monotonic() + JOIN_TIMEOUT_S
         for proc in self._procs:
             proc.join(max(0.0, deadline - time.monotonic()))
@@ -205,34 +201,39 @@ class AsyncRunner:
         self._procs, self._conns = [], []
         self._control.close()
         self._weights.close()
+        self._loop.close()
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this AsyncRunner is closed; create a new one")
 
     def _start_collectors(self) -> None:
+        """Spawn the collectors (once; later calls do nothing)."""
+        if self._procs:
+            return
+        import copy
+
         import torch
 
         buffer = io.BytesIO()
-        torch.save(_cpu_copy(self._actor), buffer)
-        noise = getattr(self.model, "action_noise", None)
+        torch.save(copy.deepcopy(self._policy).to("cpu"), buffer)
         for c in range(self.num_collectors):
             spec = CollectorSpec(
                 index=c,
                 num_envs=self.envs_per_collector,
-                seed=self.seed + c * self.envs_per_collector,
-                algo=self._algo,
-                actor=buffer.getvalue(),
+                env_seed=self.seed + c * self.envs_per_collector,
+                seed=self.seed + c,
+                policy=buffer.getvalue(),
+                writer=self._loop.writer(c),
                 env_id=self._env_id,
                 env_fn=self._env_fn,
                 env_kwargs=self._env_kwargs,
-                action_noise=noise,
                 parent_pid=os.getpid(),
             )
             reader, writer = self._ctx.Pipe(duplex=False)
             proc = self._ctx.Process(
                 target=collector_main,
-                args=(spec, self.model.replay_buffer.handle, self._weights.handle, self._control.handle, writer),
+                args=(spec, self._weights.handle, self._control.handle, writer),
                 name=f"unilab-collector-{c}",
                 daemon=True,
             )
@@ -242,19 +243,17 @@ class AsyncRunner:
             self._conns.append(reader)
 
     # ------------------------------------------------------------------ weights
-    def _publish(self, force: bool = False) -> bool:
-        """Publish the actor's weights unless that would put a live collector over ``max_policy_lag``."""
-        if not force and self._procs:
-            slowest = int(self._control.rows[:, VERSION].min())
-            if self._weights.version + 1 - slowest > self.max_policy_lag:
-                return False
+    def _publish(self, only_if_changed: bool = False) -> int:
+        """Publish the policy's weights as a new version (unless unchanged and ``only_if_changed``); return the version."""
         offset = 0
-        for t in self._actor_tensors:
+        for t in self._tensors:
             k = t.numel()
             self._flat[offset : offset + k] = t.detach().reshape(-1).cpu().numpy()
             offset += k
-        self._weights.publish(self._flat)
-        return True
+        if only_if_changed and np.array_equal(self._flat, self._published):
+            return self._weights.version
+        self._published[:] = self._flat
+        return self._weights.publish(self._flat)
 
     def policy_lag(self) -> int:
         """Current policy lag: published version minus the oldest version a collector acts with."""
@@ -263,9 +262,19 @@ class AsyncRunner:
         return self._weights.version - int(self._control.rows[:, VERSION].min())
 
     # ------------------------------------------------------------------ faults and messages
-    def _poll(self, on_episodes: Callable[[list[float], list[int]], None]) -> None:
-        """Drain collector messages; raise :class:`CollectorError` for a failed or dead collector."""
+    def _wait(self, timeout: float) -> None:
+        """Sleep until a collector sends a message or exits, at most ``timeout`` s."""
+        wait(self._conns + [p.sentinel for p in self._procs], timeout=timeout)
+
+    def _poll(self) -> None:
+        """Drain collector messages (episode stats go to ``model.ep_info_buffer``); raise for a failed or dead collector.
+
+        Raises:
+            CollectorError: a collector sent its traceback, or exited.
+        """
         ready = wait(self._conns + [p.sentinel for p in self._procs], timeout=0)
+        if not ready:
+            return
         for c, (conn, proc) in enumerate(zip(self._conns, self._procs)):
             if conn in ready:
                 while conn.poll():
@@ -278,7 +287,7 @@ class AsyncRunner:
                             f"collector {c} (pid {proc.pid}) raised an exception",
                             collector=c, pid=proc.pid, exitcode=proc.exitcode, traceback=payload[0],
                         )
-                    on_episodes(*payload)
+                    self._on_episodes(*payload)
             if proc.sentinel in ready or not proc.is_alive():
                 proc.join(0.1)
                 raise CollectorError(
@@ -287,111 +296,48 @@ class AsyncRunner:
                     collector=c, pid=proc.pid, exitcode=proc.exitcode, traceback=None,
                 )
 
+    def _on_episodes(self, returns: list[float], lengths: list[int]) -> None:
+        model = self.model
+        for r, l in zip(returns, lengths):
+            model.ep_info_buffer.append({"r": r, "l": l, "t": round(time.monotonic() - self._t0, 6)})
+        model._episode_num += len(returns)
+
     # ------------------------------------------------------------------ training
     def learn(
         self,
         total_timesteps: int,
         callback: Any = None,
-        log_interval: int = 4,
+        log_interval: int | None = None,
         tb_log_name: str = "AsyncRunner",
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> Any:
         """Train ``self.model`` for ``total_timesteps`` env steps (transitions); return the model.
 
-        Same signature and meaning as SB3's ``model.learn``: callbacks (``on_step`` is called once
-        per ``model.n_envs`` transitions, as SB3 does for the model's own env), the logger
-        (``log_interval`` in episodes), TensorBoard and the progress bar work unchanged.
-        ``model.num_timesteps`` counts transitions written by the collectors.
+        Same signature and meaning as SB3's ``model.learn``: callbacks, the logger, TensorBoard
+        and the progress bar work unchanged. ``on_step`` is called once per ``model.n_envs``
+        transitions written by the collectors, with ``model.num_timesteps`` rising by
+        ``model.n_envs``; on-policy, ``on_rollout_start`` / ``on_rollout_end`` frame each
+        rollout. ``log_interval`` is in episodes off-policy (default 4) and in rollouts
+        on-policy (default 1), as in SB3. The callbacks' ``self.locals`` do not hold per-step
+        ``infos`` / ``dones`` (the learner never sees single steps).
 
         Raises:
             CollectorError: a collector raised (with its traceback) or died (e.g. SIGKILL).
                 Collectors are stopped before any exception leaves ``learn``.
+            RuntimeError: the runner is closed.
         """
         self._check_open()
         model = self.model
+        if log_interval is None:
+            log_interval = self._loop.default_log_interval
         try:
             total, callback = model._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
             callback.on_training_start(locals(), globals())
-            self._train_loop(total, callback, log_interval)
+            self._t0 = time.monotonic()
+            self._loop.run(self, total, callback, log_interval)
             callback.on_training_end()
         except BaseException:
             self.close()
             raise
         return model
-
-    def _train_loop(self, total: int, callback: Any, log_interval: int) -> None:
-        model, control = self.model, self._control
-        start_steps = model.num_timesteps
-        base = control.total_transitions()
-        target = total - start_steps  # transitions to collect in this call
-        starts = max(0, model.learning_starts - start_steps)
-        lead = 2 * self.num_collectors * self.envs_per_collector
-        control.globals[LEARNING_STARTS] = base + starts
-        t0 = time.monotonic()
-        grad_steps = calls = 0
-        grad_step_s = TRAIN_CHUNK_S  # running estimate of one gradient step's duration
-        episodes_logged = model._episode_num
-        lag_sum = lag_n = lag_max = 0
-
-        def on_episodes(returns: list[float], lengths: list[int]) -> None:
-            for r, l in zip(returns, lengths):
-                model.ep_info_buffer.append({"r": r, "l": l, "t": round(time.monotonic() - t0, 6)})
-            model._episode_num += len(returns)
-
-        def set_budget() -> None:
-            allowed = target if self.replay_ratio == 0 else min(target, starts + math.ceil(grad_steps / self.replay_ratio) + lead)
-            control.globals[BUDGET] = base + allowed
-
-        set_budget()
-        if not self._procs:
-            self._start_collectors()
-        while True:
-            self._poll(on_episodes)
-            produced = control.total_transitions() - base
-            now_steps = start_steps + min(produced, target)
-            # one on_step per model.n_envs transitions, num_timesteps rising as in SB3's own loop
-            while (calls + 1) * model.n_envs <= now_steps - start_steps:
-                calls += 1
-                model.num_timesteps = start_steps + calls * model.n_envs
-                if not callback.on_step():
-                    return
-            model.num_timesteps = now_steps
-            lag = self.policy_lag()
-            lag_sum, lag_n, lag_max = lag_sum + lag, lag_n + 1, max(lag_max, lag)
-            if log_interval is not None and model._episode_num // log_interval > episodes_logged // log_interval:
-                episodes_logged = model._episode_num
-                elapsed = max(time.monotonic() - t0, 1e-9)
-                model.logger.record("unilab/policy_lag_mean", lag_sum / max(lag_n, 1))
-                model.logger.record("unilab/policy_lag_max", lag_max)
-                model.logger.record("unilab/grad_steps_per_s", grad_steps / elapsed)
-                model.logger.record("unilab/env_steps_per_s", produced / elapsed)
-                model.logger.record("unilab/replay_ratio", grad_steps / max(produced - starts, 1))
-                (model.dump_logs if hasattr(model, "dump_logs") else model._dump_logs)()
-                lag_sum = lag_n = lag_max = 0
-            done = produced >= target
-            if done:
-                control.globals[BUDGET] = control.total_transitions()  # pause collectors
-            counted = min(produced, target)
-            due = math.floor(max(0, counted - starts) * self.replay_ratio) - grad_steps if counted > starts else 0
-            if due > 0:
-                # SB3 trains after every collection, the last one included; so do we
-                model._update_current_progress_remaining(model.num_timesteps, total)
-                # chunks of about TRAIN_CHUNK_S, so collector faults are noticed between them
-                k = due if done else max(1, min(due, int(TRAIN_CHUNK_S / grad_step_s)))
-                t_train = time.perf_counter()
-                model.train(gradient_steps=k, batch_size=model.batch_size)
-                grad_step_s = 0.8 * grad_step_s + 0.2 * (time.perf_counter() - t_train) / k
-                grad_steps += k
-                self._publish()
-            if done:
-                return
-            set_budget()
-            if due <= 0:
-                wait(self._conns + [p.sentinel for p in self._procs], timeout=0.001)
-
-
-def _cpu_copy(module: Any) -> Any:
-    import copy
-
-    return copy.deepcopy(module).to("cpu")

@@ -1,0 +1,240 @@
+"""Off-policy family (SAC, TD3, DDPG): collectors write transitions into the shared replay, the learner trains.
+
+**Replay ratio.** The runner keeps SB3's ratio of gradient steps to env steps (transitions):
+``replay_ratio = gradient_steps / (train_freq * n_envs)``, with ``train_freq`` in steps and
+``n_envs`` the number of envs of the model's own env (``gradient_steps=-1`` means one gradient
+step per transition, as in SB3). E.g. ``SAC(..., make_sb3_env(id, 64), train_freq=1,
+gradient_steps=1)`` gives 1/64: one gradient step per 64 transitions, whoever collects them.
+Pass ``replay_ratio=`` to set it directly. After ``learning_starts`` transitions the learner
+runs ``floor((num_timesteps - learning_starts) * replay_ratio)`` gradient steps in total:
+
+- when the learner falls behind, collectors wait (backpressure): together they may not run more
+  than ``2 * num_collectors * envs_per_collector`` transitions ahead of the learner;
+- when collectors fall behind, the learner waits for data instead of training more.
+
+**Policy lag** is the learner's published weight version minus the version a collector acts
+with. Collectors load every new version before their next step; the learner never publishes a
+version more than ``max_policy_lag`` ahead of the slowest live collector (it keeps training and
+publishes later), so the lag stays within ``max_policy_lag`` (default 4). Both figures are logged.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from unilab_gym.runtime.collector import Collector, autoreset_mode_of
+from unilab_gym.runtime.control import BUDGET, LEARNING_STARTS, STEP_CALLS, TRANSITIONS
+
+#: Target duration of one ``model.train()`` call, in s: faults are checked between calls.
+TRAIN_CHUNK_S = 0.05
+DEFAULT_MAX_POLICY_LAG = 4
+
+
+@dataclass
+class ReplayWriter:
+    """Collector side: act with the actor (or uniformly before ``learning_starts``), write transitions.
+
+    ``algo`` is ``"sac"`` (sample the stochastic actor) or ``"td3"`` (deterministic actor plus
+    ``action_noise``). Any autoreset mode works: NEXT_STEP reset steps are not stored, and
+    SAME_STEP stores ``final_obs`` as the next obs of a finished episode.
+    """
+
+    replay: Any  # ReplayHandle
+    algo: str
+    action_noise: Any = None
+    autoreset_mode = None
+
+    def run(self, c: Collector) -> None:
+        import torch
+        from stable_baselines3.common.noise import VectorizedActionNoise
+
+        from unilab_gym.replay import ReplayStorage
+
+        env, actor, control, row = c.env, c.policy, c.control, c.row
+        n = env.num_envs
+        space = env.single_action_space
+        low, high = space.low.astype(np.float64), space.high.astype(np.float64)
+        rng = np.random.default_rng(c.spec.seed)
+        noise = self.action_noise
+        if noise is not None and not isinstance(noise, VectorizedActionNoise):
+            noise = VectorizedActionNoise(noise, n)
+        same_step = autoreset_mode_of(env) == "SameStep"
+        storage = ReplayStorage.attach(self.replay)
+        try:
+            obs, _ = env.reset(seed=c.spec.env_seed)
+            restarting = np.zeros(n, bool)  # NEXT_STEP: envs whose next step is a reset step
+            while c.running:
+                version = c.refresh()
+                total = control.total_transitions()
+                if total >= control.globals[BUDGET] or version == 0:
+                    c.idle()
+                    continue
+                if total < control.globals[LEARNING_STARTS]:
+                    scaled = rng.uniform(-1.0, 1.0, (n, low.size))
+                else:
+                    with torch.no_grad():
+                        obs_t = torch.as_tensor(np.asarray(obs, np.float32))
+                        if self.algo == "sac":
+                            scaled = actor(obs_t, deterministic=False).numpy().astype(np.float64)
+                        else:
+                            scaled = actor(obs_t).numpy().astype(np.float64)
+                    if noise is not None:
+                        scaled = np.clip(scaled + noise(), -1.0, 1.0)
+                env_action = (low + 0.5 * (scaled + 1.0) * (high - low)).astype(space.dtype)
+                next_obs, reward, terminated, truncated, info = env.step(env_action)
+                keep = ~restarting
+                stored_next = np.array(next_obs, np.float32, copy=True)
+                if same_step and "final_obs" in info:
+                    for i in np.flatnonzero(info["_final_obs"]):
+                        stored_next[i] = info["final_obs"][i]
+                if keep.any():
+                    storage.add(obs[keep], stored_next[keep], scaled[keep], reward[keep], terminated[keep], truncated[keep])
+                row[TRANSITIONS] += int(keep.sum())
+                row[STEP_CALLS] += 1
+                done = (terminated | truncated) & keep
+                idx = c.track_episodes(reward, done, counted=keep)
+                if noise is not None and idx.size:
+                    noise.reset(indices=idx.tolist())
+                restarting = done if not same_step else np.zeros(n, bool)
+                obs = next_obs
+        finally:
+            storage.close()
+
+
+class OffPolicyLoop:
+    """Learner side for SB3 ``SAC`` / ``TD3`` / ``DDPG`` (see the module docstring).
+
+    Raises:
+        ValueError: gSDE, a replay buffer that is not a ``SharedReplayBuffer``, a capacity
+            smaller than ``learning_starts``, an episode-based ``train_freq``, a bad
+            ``max_policy_lag`` (int >= 1) or ``replay_ratio`` (finite, >= 0).
+    """
+
+    default_log_interval = 4  # episodes, as SB3's off-policy learn()
+
+    def __init__(self, model: Any, num_collectors: int, envs_per_collector: int, max_policy_lag: int | None, replay_ratio: float | None):
+        from stable_baselines3 import SAC, TD3
+        from stable_baselines3.common.buffers import ReplayBuffer
+        from stable_baselines3.common.type_aliases import TrainFrequencyUnit
+
+        from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
+
+        if max_policy_lag is None:
+            max_policy_lag = DEFAULT_MAX_POLICY_LAG
+        if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int) or max_policy_lag < 1:
+            raise ValueError(f"max_policy_lag must be an int >= 1 for off-policy models, got {max_policy_lag!r}")
+        if isinstance(model, SAC):
+            self.algo = "sac"
+        elif isinstance(model, TD3):  # DDPG is a TD3
+            self.algo = "td3"
+        else:
+            raise ValueError(f"AsyncRunner drives SB3 SAC, TD3, DDPG, PPO or A2C models, got {type(model).__name__}")
+        if getattr(model, "use_sde", False):
+            raise ValueError("AsyncRunner does not support gSDE exploration (use_sde=True)")
+        if not isinstance(model.replay_buffer, SharedReplayBuffer):
+            raise ValueError(
+                f"the model's replay buffer is a {type(model.replay_buffer).__name__}; create the model with "
+                "replay_buffer_class=unilab_gym.SharedReplayBuffer so collectors can write to it"
+            )
+        capacity = model.replay_buffer.storage.capacity
+        if capacity < model.learning_starts:
+            raise ValueError(
+                f"replay buffer capacity {capacity} is smaller than learning_starts={model.learning_starts}: "
+                "training would never start"
+            )
+        if model.train_freq.unit != TrainFrequencyUnit.STEP:
+            raise ValueError("AsyncRunner needs train_freq in steps, e.g. train_freq=1 or (1, 'step')")
+        if replay_ratio is None:
+            per_call = model.train_freq.frequency * model.n_envs
+            replay_ratio = 1.0 if model.gradient_steps < 0 else model.gradient_steps / per_call
+        if not (math.isfinite(replay_ratio) and replay_ratio >= 0):
+            raise ValueError(f"replay_ratio must be a finite number >= 0, got {replay_ratio!r}")
+        self.model = model
+        self.policy = model.actor
+        self.max_policy_lag = max_policy_lag
+        self.replay_ratio = float(replay_ratio)
+        self.num_collectors, self.envs_per_collector = num_collectors, envs_per_collector
+        # a saved model must load without unilab_gym: SB3 pickles replay_buffer_class
+        model.replay_buffer_class = ReplayBuffer
+        model.replay_buffer_kwargs = {}
+
+    def env_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return kwargs
+
+    def writer(self, index: int) -> ReplayWriter:
+        return ReplayWriter(self.model.replay_buffer.handle, self.algo, getattr(self.model, "action_noise", None))
+
+    def close(self) -> None:
+        """Nothing to free: the replay belongs to the model."""
+
+    def run(self, runner: Any, total: int, callback: Any, log_interval: int | None) -> None:
+        """Collect and train until ``total`` transitions (``model.num_timesteps``); return early if a callback says stop."""
+        model, control = self.model, runner._control
+        start_steps = model.num_timesteps
+        base = control.total_transitions()
+        target = total - start_steps  # transitions to collect in this call
+        starts = max(0, model.learning_starts - start_steps)
+        lead = 2 * self.num_collectors * self.envs_per_collector
+        control.globals[LEARNING_STARTS] = base + starts
+        t0 = time.monotonic()
+        grad_steps = calls = 0
+        grad_step_s = TRAIN_CHUNK_S  # running estimate of one gradient step's duration
+        episodes_logged = model._episode_num
+        lag_sum = lag_n = lag_max = 0
+
+        def set_budget() -> None:
+            allowed = target if self.replay_ratio == 0 else min(target, starts + math.ceil(grad_steps / self.replay_ratio) + lead)
+            control.globals[BUDGET] = base + allowed
+
+        set_budget()
+        runner._start_collectors()
+        while True:
+            runner._poll()
+            produced = control.total_transitions() - base
+            now_steps = start_steps + min(produced, target)
+            # one on_step per model.n_envs transitions, num_timesteps rising as in SB3's own loop
+            while (calls + 1) * model.n_envs <= now_steps - start_steps:
+                calls += 1
+                model.num_timesteps = start_steps + calls * model.n_envs
+                if not callback.on_step():
+                    return
+            model.num_timesteps = now_steps
+            lag = runner.policy_lag()
+            lag_sum, lag_n, lag_max = lag_sum + lag, lag_n + 1, max(lag_max, lag)
+            if log_interval is not None and model._episode_num // log_interval > episodes_logged // log_interval:
+                episodes_logged = model._episode_num
+                elapsed = max(time.monotonic() - t0, 1e-9)
+                model.logger.record("unilab/policy_lag_mean", lag_sum / max(lag_n, 1))
+                model.logger.record("unilab/policy_lag_max", lag_max)
+                model.logger.record("unilab/grad_steps_per_s", grad_steps / elapsed)
+                model.logger.record("unilab/env_steps_per_s", produced / elapsed)
+                model.logger.record("unilab/replay_ratio", grad_steps / max(produced - starts, 1))
+                (model.dump_logs if hasattr(model, "dump_logs") else model._dump_logs)()
+                lag_sum = lag_n = lag_max = 0
+            done = produced >= target
+            if done:
+                control.globals[BUDGET] = control.total_transitions()  # pause collectors
+            counted = min(produced, target)
+            due = math.floor(max(0, counted - starts) * self.replay_ratio) - grad_steps if counted > starts else 0
+            if due > 0:
+                # SB3 trains after every collection, the last one included; so do we
+                model._update_current_progress_remaining(model.num_timesteps, total)
+                # chunks of about TRAIN_CHUNK_S, so collector faults are noticed between them
+                k = due if done else max(1, min(due, int(TRAIN_CHUNK_S / grad_step_s)))
+                t_train = time.perf_counter()
+                model.train(gradient_steps=k, batch_size=model.batch_size)
+                grad_step_s = 0.8 * grad_step_s + 0.2 * (time.perf_counter() - t_train) / k
+                grad_steps += k
+                # never publish a version more than max_policy_lag ahead of a live collector
+                if runner.policy_lag() + 1 <= self.max_policy_lag:
+                    runner._publish()
+            if done:
+                return
+            set_budget()
+            if due <= 0:
+                runner._wait(0.001)

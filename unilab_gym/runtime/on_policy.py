@@ -1,0 +1,272 @@
+"""On-policy family (PPO, A2C): collectors write whole rollouts into shared memory, the learner runs stock ``train()``.
+
+One iteration, as in SB3's ``OnPolicyAlgorithm.learn``::
+
+    collectors (in parallel)                         learner
+    ─────────────────────────────────────────        ───────────────────────────────────────────
+    wait until rollout k is granted                  on_rollout_start; on_step as steps arrive
+    load the newest weights (version v_k)            wait until every collector finished rollout k
+    n_steps x: act, step, write slot k % 2           copy slot k % 2 into model.rollout_buffer,
+    V(last obs) -> last_values; rollouts = k + 1     compute_returns_and_advantage (SB3's own GAE)
+                                                     on_rollout_end; dump_logs; model.train()
+                                                     publish the weights; grant the next rollout
+
+**Rollout size.** ``n_steps`` is per env, as in SB3: a rollout holds ``n_steps *
+num_collectors * envs_per_collector`` transitions, and the model's env must have exactly
+``num_collectors * envs_per_collector`` envs (``model.n_envs``), so that ``n_steps``,
+``batch_size`` and the callbacks' step counts mean what they mean in SB3.
+
+**What a collector computes** is what ``collect_rollouts`` computes: actions sampled from the
+policy (stored unclipped, clipped to the action space for the env), ``V(obs)`` and the log-prob
+of the action; on a time-limit truncation (``truncated and not terminated``) the reward gets
+``+ gamma * V(terminal obs)``; ``episode_starts[t]`` is 1 where ``obs[t]`` begins an episode;
+the rollout ends with ``V(last obs)`` and the last dones. Envs reset in the same step
+(Gymnasium's ``SameStep`` autoreset; the terminal obs is ``info["final_obs"]``).
+
+**Policy lag.** ``max_policy_lag=0`` (default): rollout ``k`` is granted only after the
+learner published the weights trained on rollouts ``0..k-1``, so collectors wait while the
+learner trains — strictly on-policy, and with a fixed seed reproducible run to run.
+``max_policy_lag=1``: rollout ``k + 1`` is granted as soon as the weights trained on rollouts
+``0..k-1`` are out, so collectors gather it with that policy while the learner trains on
+rollout ``k``. Values and log-probs are the behaviour policy's (the one that acted), so PPO's
+ratio is taken against the policy that collected the data, one update behind the policy being
+trained: slightly off-policy, which PPO's clipping tolerates. The lag of each rollout (learner
+version minus behaviour version) is logged as ``unilab/policy_lag``.
+
+**Stopping.** A callback that returns ``False`` mid-rollout drops that rollout, as SB3 does; the
+collectors finish it anyway and the next ``learn()`` starts with the rollout after it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.buffers import RolloutBuffer
+
+from unilab_gym.runtime.collector import Collector, autoreset_mode_of
+from unilab_gym.runtime.control import GRANTED, ROLLOUTS, STEP_CALLS, TRANSITIONS
+from unilab_gym.runtime.rollout import SLOTS, RolloutHandle, RolloutStorage
+
+
+@dataclass
+class RolloutWriter:
+    """Collector side: collect granted rollouts with the policy, write them into env columns ``column ..``."""
+
+    rollouts: RolloutHandle
+    column: int
+    gamma: float
+    autoreset_mode = "SameStep"
+
+    def run(self, c: Collector) -> None:
+        import torch
+
+        env, policy, control, row = c.env, c.policy, c.control, c.row
+        mode = autoreset_mode_of(env)
+        if mode != "SameStep":
+            raise ValueError(
+                f"on-policy collectors need an env with autoreset_mode='SameStep' (SB3's same-step reset with the "
+                f"terminal obs in info['final_obs']); the env has {mode!r}: make env_fn return e.g. "
+                "UniLabVectorEnv(n, autoreset_mode='SameStep'), or pass env_id"
+            )
+        n = env.num_envs
+        if n != c.spec.num_envs:
+            raise ValueError(f"the collector's env has {n} envs, expected envs_per_collector={c.spec.num_envs}")
+        storage = RolloutStorage.attach(self.rollouts)
+        cols = slice(self.column, self.column + n)
+        n_steps = storage.handle.n_steps
+        space = env.single_action_space
+        gamma = np.float32(self.gamma)
+
+        def forward(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            with torch.no_grad():
+                actions, values, log_probs = policy(torch.as_tensor(np.asarray(obs, np.float32)))
+            return actions.numpy(), values.numpy().ravel(), log_probs.numpy()
+
+        def value(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return policy.predict_values(torch.as_tensor(np.asarray(obs, np.float32))).numpy().ravel()
+
+        try:
+            obs, _ = env.reset(seed=c.spec.env_seed)
+            episode_starts = np.ones(n, np.float32)
+            k = int(row[ROLLOUTS])
+            while c.running:
+                if k >= control.globals[GRANTED]:
+                    c.idle()
+                    continue
+                slot = k % SLOTS
+                storage.versions[slot, c.spec.index] = c.refresh()
+                for t in range(n_steps):
+                    if not c.running:
+                        return
+                    actions, values, log_probs = forward(obs)
+                    next_obs, reward, terminated, truncated, info = env.step(np.clip(actions, space.low, space.high).astype(space.dtype))
+                    dones = terminated | truncated
+                    reward = np.array(reward, np.float32)
+                    c.track_episodes(reward, dones)
+                    # SB3's bootstrap of truncated episodes (its GitHub issue #633); one env at a time as
+                    # SB3 does, because a batched forward pass may round differently in the last bit
+                    for i in np.flatnonzero(truncated & ~terminated):
+                        reward[i] += gamma * value(info["final_obs"][i][None])[0]
+                    storage.observations[slot, t, cols] = obs
+                    storage.actions[slot, t, cols] = actions.reshape(n, -1)
+                    storage.rewards[slot, t, cols] = reward
+                    storage.episode_starts[slot, t, cols] = episode_starts
+                    storage.values[slot, t, cols] = values
+                    storage.log_probs[slot, t, cols] = log_probs
+                    obs, episode_starts = next_obs, dones.astype(np.float32)
+                    row[TRANSITIONS] += n
+                    row[STEP_CALLS] += 1
+                storage.last_obs[slot, cols] = obs
+                storage.last_values[slot, cols] = value(obs)
+                storage.last_dones[slot, cols] = episode_starts
+                k += 1
+                row[ROLLOUTS] = k  # after the data: the learner reads a slot only once every row passed it
+        finally:
+            storage.close()
+
+
+class RunnerRolloutBuffer(RolloutBuffer):
+    """SB3's ``RolloutBuffer`` that calls ``between_batches()`` before each minibatch ``get()`` yields.
+
+    The runner sets it to its fault poll while ``train()`` runs, so a collector that fails
+    during a long ``train()`` is reported within one minibatch; otherwise it is a stock buffer.
+    The model holds it only while the runner is open (``model.save`` never stores a rollout buffer).
+    """
+
+    between_batches: Callable[[], None] | None = None
+
+    def get(self, batch_size: int | None = None):  # type: ignore[no-untyped-def]
+        for batch in super().get(batch_size):
+            if self.between_batches is not None:
+                self.between_batches()
+            yield batch
+
+
+class OnPolicyLoop:
+    """Learner side for SB3 ``PPO`` / ``A2C`` (see the module docstring).
+
+    Raises:
+        ValueError: ``model.n_envs != num_collectors * envs_per_collector``, a ``max_policy_lag``
+            other than 0 or 1, a ``replay_ratio``, gSDE, a non-``Box`` observation or action
+            space, or a custom rollout buffer class.
+    """
+
+    default_log_interval = 1  # iterations, as SB3's on-policy learn()
+
+    def __init__(self, model: Any, num_collectors: int, envs_per_collector: int, max_policy_lag: int | None, replay_ratio: float | None):
+        from gymnasium import spaces
+
+        if max_policy_lag is None:
+            max_policy_lag = 0
+        if isinstance(max_policy_lag, bool) or max_policy_lag not in (0, 1):
+            raise ValueError(f"max_policy_lag must be 0 (strictly on-policy) or 1 for on-policy models, got {max_policy_lag!r}")
+        if replay_ratio is not None:
+            raise ValueError(f"replay_ratio is for off-policy models; {type(model).__name__} trains once per rollout")
+        n_envs = num_collectors * envs_per_collector
+        if model.n_envs != n_envs:
+            raise ValueError(
+                f"the model's env has {model.n_envs} envs but the runner collects with num_collectors * envs_per_collector "
+                f"= {num_collectors} * {envs_per_collector} = {n_envs}; a rollout is n_steps x n_envs transitions, so build "
+                f"the model with an env of {n_envs} envs (e.g. make_sb3_env(env_id, {n_envs})) or change the counts"
+            )
+        if getattr(model, "use_sde", False):
+            raise ValueError("AsyncRunner does not support gSDE exploration (use_sde=True)")
+        if not isinstance(model.observation_space, spaces.Box) or not isinstance(model.action_space, spaces.Box):
+            raise ValueError(
+                f"AsyncRunner's on-policy collectors support Box observation and action spaces, got "
+                f"{type(model.observation_space).__name__} / {type(model.action_space).__name__}"
+            )
+        if isinstance(model.rollout_buffer, RunnerRolloutBuffer):
+            raise ValueError("this model is driven by another AsyncRunner that is still open; close that one first")
+        if type(model.rollout_buffer) is not RolloutBuffer:
+            raise ValueError(f"AsyncRunner fills SB3's RolloutBuffer, the model has a {type(model.rollout_buffer).__name__}")
+        self.model = model
+        self.policy = model.policy
+        self.max_policy_lag = max_policy_lag
+        self.replay_ratio = None
+        self.envs_per_collector = envs_per_collector
+        self.storage = RolloutStorage.create(model.n_steps, n_envs, model.observation_space.shape,
+                                             int(np.prod(model.action_space.shape)), num_collectors)
+        old = model.rollout_buffer
+        self._own_buffer = RunnerRolloutBuffer(old.buffer_size, old.observation_space, old.action_space, device=old.device,
+                                        gae_lambda=old.gae_lambda, gamma=old.gamma, n_envs=old.n_envs)
+        self._stock_buffer = old
+        model.rollout_buffer = self._own_buffer
+        self.next_rollout = 0  # index of the next rollout the learner consumes
+
+    def env_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Collectors' env kwargs for ``env_id``: same-step autoreset (``ValueError`` if another mode was asked for)."""
+        mode = kwargs.get("autoreset_mode")
+        if mode is not None and str(getattr(mode, "value", mode)) != "SameStep":
+            raise ValueError(f"on-policy collectors step their env with autoreset_mode='SameStep', env_kwargs asks for {mode!r}")
+        return {k: v for k, v in kwargs.items() if k != "autoreset_mode"}
+
+    def writer(self, index: int) -> RolloutWriter:
+        return RolloutWriter(self.storage.handle, index * self.envs_per_collector, float(self.model.gamma))
+
+    def close(self) -> None:
+        """Free the rollout storage and give the model back its own rollout buffer. Idempotent."""
+        if self.model.rollout_buffer is self._own_buffer:
+            self.model.rollout_buffer = self._stock_buffer
+        self.storage.close()
+
+    def _grant(self, control: Any, end: int) -> None:
+        """Let collectors start every rollout up to ``next_rollout + max_policy_lag`` (and before ``end``)."""
+        control.globals[GRANTED] = max(int(control.globals[GRANTED]), min(end, self.next_rollout + 1 + self.max_policy_lag))
+
+    def run(self, runner: Any, total: int, callback: Any, log_interval: int | None) -> None:
+        """Run rollouts and ``train()`` until ``model.num_timesteps >= total``; return early if a callback says stop."""
+        model, control = self.model, runner._control
+        if model.n_steps != self.storage.handle.n_steps:
+            raise ValueError(f"model.n_steps changed from {self.storage.handle.n_steps} to {model.n_steps}; create a new AsyncRunner")
+        rollouts = max(0, math.ceil((total - model.num_timesteps) / (model.n_steps * model.n_envs)))
+        end = self.next_rollout + rollouts
+        runner._publish(only_if_changed=True)  # e.g. parameters loaded between learn() calls
+        self._grant(control, end)
+        runner._start_collectors()
+        iteration = 0
+        self._own_buffer.between_batches = runner._poll
+        try:
+            for k in range(self.next_rollout, end):
+                if not self._await_rollout(runner, k, callback):
+                    self.next_rollout = k + 1  # as SB3 drops a rollout a callback stopped: never trained on
+                    return
+                slot = k % SLOTS
+                self.storage.fill(model.rollout_buffer, slot)
+                self.next_rollout = k + 1
+                lag = runner._weights.version - int(self.storage.versions[slot].min())
+                callback.on_rollout_end()
+                iteration += 1
+                model._update_current_progress_remaining(model.num_timesteps, total)
+                if log_interval is not None and iteration % log_interval == 0:
+                    model.logger.record("unilab/policy_lag", lag)
+                    model.dump_logs(iteration)
+                model.train()
+                runner._publish()
+                self._grant(control, end)
+        finally:
+            self._own_buffer.between_batches = None
+
+    def _await_rollout(self, runner: Any, k: int, callback: Any) -> bool:
+        """Wait for rollout ``k``, calling ``on_step`` once per env step of it as SB3 does; False if a callback stops."""
+        model, rows = self.model, runner._control.rows
+        first_step = k * model.n_steps
+        calls = 0
+        callback.on_rollout_start()
+        while True:
+            runner._poll()
+            finished = int(rows[:, ROLLOUTS].min()) > k  # read before the step counts: they only grow
+            reached = model.n_steps if finished else min(model.n_steps, max(0, int(rows[:, STEP_CALLS].min()) - first_step))
+            while calls < reached:
+                calls += 1
+                model.num_timesteps += model.n_envs
+                if not callback.on_step():
+                    return False
+            if finished:
+                return True
+            runner._wait(0.001)

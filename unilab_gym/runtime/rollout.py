@@ -1,0 +1,159 @@
+"""Shared rollout storage: on-policy collectors write rollouts here, the learner copies them into SB3.
+
+One shared-memory segment for all collectors, with two *slots*: rollout ``k`` lives in slot
+``k % 2``, so collectors can write rollout ``k + 1`` while the learner still holds rollout ``k``
+(``max_policy_lag=1``). In a slot, the ``n_envs = num_collectors * envs_per_collector`` envs sit
+side by side: collector ``c`` owns env columns ``[c * E, (c + 1) * E)``. Segment layout, in
+this order, every array C-contiguous::
+
+    observations    float32 [2, n_steps, n_envs, *obs_shape]   obs[t]: the obs the action was taken in
+    actions         float32 [2, n_steps, n_envs, action_dim]   sampled actions, before clipping (as SB3 stores them)
+    rewards         float32 [2, n_steps, n_envs]               reward of step t, plus gamma * V(terminal obs)
+                                                               where the episode was truncated (SB3's bootstrap)
+    episode_starts  float32 [2, n_steps, n_envs]               1.0 where obs[t] is the first obs of an episode
+    values          float32 [2, n_steps, n_envs]               V(obs[t]) under the behaviour policy
+    log_probs       float32 [2, n_steps, n_envs]               log pi(action[t] | obs[t]) under the behaviour policy
+    last_obs        float32 [2, n_envs, *obs_shape]            the obs after the last step
+    last_values     float32 [2, n_envs]                        V(last_obs) under the behaviour policy
+    last_dones      float32 [2, n_envs]                        1.0 where the last step ended an episode
+    versions        int64   [2, num_collectors]                weight version collector c acted with in the slot
+
+These are exactly the fields of SB3's ``RolloutBuffer`` plus what
+``compute_returns_and_advantage(last_values, dones)`` takes, so :meth:`RolloutStorage.fill`
+is a copy and returns / advantages come from SB3's own code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from unilab_gym.replay.segment import Segment
+
+SLOTS = 2
+
+
+@dataclass(frozen=True)
+class RolloutHandle:
+    """Picklable description of a rollout segment (its name and shapes)."""
+
+    name: str
+    n_steps: int
+    n_envs: int
+    obs_shape: tuple[int, ...]
+    action_dim: int
+    num_collectors: int
+
+
+def _fields(h: RolloutHandle) -> list[tuple[str, Any, tuple[int, ...]]]:
+    s, t, n = SLOTS, h.n_steps, h.n_envs
+    return [
+        ("observations", np.float32, (s, t, n, *h.obs_shape)),
+        ("actions", np.float32, (s, t, n, h.action_dim)),
+        ("rewards", np.float32, (s, t, n)),
+        ("episode_starts", np.float32, (s, t, n)),
+        ("values", np.float32, (s, t, n)),
+        ("log_probs", np.float32, (s, t, n)),
+        ("last_obs", np.float32, (s, n, *h.obs_shape)),
+        ("last_values", np.float32, (s, n)),
+        ("last_dones", np.float32, (s, n)),
+        ("versions", np.int64, (s, h.num_collectors)),
+    ]
+
+
+def _nbytes(h: RolloutHandle) -> int:
+    return sum(_aligned(int(np.prod(shape)) * np.dtype(dtype).itemsize) for _, dtype, shape in _fields(h))
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 64) * 64
+
+
+class RolloutStorage:
+    """Two rollout slots in shared memory (layout in the module docstring).
+
+    ``RolloutStorage.create(...)`` makes and owns the segment (the learner); ``attach(handle)``
+    maps it in a collector, which never unlinks it. Each array named in the layout is an
+    attribute (a numpy view of the segment), e.g. ``storage.rewards[slot, t, cols]``.
+
+    Args:
+        n_steps: steps per env in one rollout (SB3's ``n_steps``), >= 1.
+        n_envs: envs of all collectors together, >= 1.
+        obs_shape: shape of one observation.
+        action_dim: float32 values of one action, >= 1.
+        num_collectors: collectors writing into it, >= 1.
+
+    Raises:
+        ValueError: a count < 1.
+        OSError: the system refused the segment (e.g. /dev/shm full).
+    """
+
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    episode_starts: np.ndarray
+    values: np.ndarray
+    log_probs: np.ndarray
+    last_obs: np.ndarray
+    last_values: np.ndarray
+    last_dones: np.ndarray
+    versions: np.ndarray
+
+    def __init__(self, handle: RolloutHandle, segment: Segment):
+        self._handle = handle
+        self._segment = segment
+        offset = 0
+        self._names = []
+        for name, dtype, shape in _fields(handle):
+            array = np.ndarray(shape, dtype, buffer=segment.buf, offset=offset)
+            setattr(self, name, array)
+            self._names.append(name)
+            offset += _aligned(array.nbytes)
+
+    @classmethod
+    def create(cls, n_steps: int, n_envs: int, obs_shape: tuple[int, ...], action_dim: int, num_collectors: int) -> "RolloutStorage":
+        for name, value in (("n_steps", n_steps), ("n_envs", n_envs), ("action_dim", action_dim), ("num_collectors", num_collectors)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        shape = tuple(int(d) for d in obs_shape)
+        probe = RolloutHandle("", int(n_steps), int(n_envs), shape, int(action_dim), int(num_collectors))
+        segment = Segment.create(_nbytes(probe))
+        handle = RolloutHandle(segment.name, probe.n_steps, probe.n_envs, shape, probe.action_dim, probe.num_collectors)
+        return cls(handle, segment)
+
+    @classmethod
+    def attach(cls, handle: RolloutHandle) -> "RolloutStorage":
+        """Map the segment of ``handle`` (raises ``SegmentNotFoundError`` if its owner closed it)."""
+        return cls(handle, Segment.attach(handle.name))
+
+    @property
+    def handle(self) -> RolloutHandle:
+        return self._handle
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the segment in bytes."""
+        return self._segment.size
+
+    def fill(self, buffer: Any, slot: int) -> None:
+        """Copy slot ``slot`` into an SB3 ``RolloutBuffer`` and compute its returns and advantages.
+
+        ``buffer`` must have ``buffer_size == n_steps`` and ``n_envs == n_envs``. It is reset, then
+        holds the rollout as if ``buffer.add`` had been called ``n_steps`` times, then
+        ``buffer.compute_returns_and_advantage(last_values, last_dones)`` runs (SB3's own GAE).
+        """
+        import torch
+
+        buffer.reset()
+        for name in ("observations", "actions", "rewards", "episode_starts", "values", "log_probs"):
+            getattr(buffer, name)[:] = getattr(self, name)[slot].reshape(getattr(buffer, name).shape)
+        buffer.pos, buffer.full = buffer.buffer_size, True
+        buffer.compute_returns_and_advantage(last_values=torch.from_numpy(self.last_values[slot].copy()), dones=self.last_dones[slot].copy())
+
+    def close(self) -> None:
+        """Unmap (the owner also unlinks). Idempotent."""
+        for name in self._names:
+            setattr(self, name, None)
+        self._segment.close()
