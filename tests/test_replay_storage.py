@@ -407,8 +407,10 @@ def test_child_adds_rows_and_parent_samples_them_without_copy():
 def test_concurrent_writers_and_a_sampler_never_see_torn_rows():
     from _replay_workers import write_uniform
 
-    batches, batch_rows = 300, 7
-    with make(capacity=50, obs_dim=48, act_dim=12, extras={"priv": 30}) as s:
+    # the ring wraps ~10 times; it is large enough that a sample is rarely overwritten during its
+    # gather (a capacity of 50 let fast writers on an idle machine exhaust the redraws)
+    batches, batch_rows, capacity = 300, 7, 400
+    with make(capacity=capacity, obs_dim=48, act_dim=12, extras={"priv": 30}) as s:
         start, replies = CTX.Event(), CTX.Queue()
         writers = [
             CTX.Process(target=write_uniform, args=(s.handle, w, batches, batch_rows, start, replies)) for w in (1, 2)
@@ -419,7 +421,7 @@ def test_concurrent_writers_and_a_sampler_never_see_torn_rows():
         start.set()
         rng, checked, done = np.random.default_rng(0), 0, 0
         while done < 2:  # sample while both writers are running
-            _, rows = s.sample(32, rng)
+            _, rows = s.sample(16, rng)
             np.testing.assert_array_equal(rows, np.repeat(rows[:, :1], rows.shape[1], axis=1))
             checked += 1
             while not replies.empty():
@@ -432,7 +434,7 @@ def test_concurrent_writers_and_a_sampler_never_see_torn_rows():
         final = s.block
         np.testing.assert_array_equal(final, np.repeat(final[:, :1], final.shape[1], axis=1))
         values = final[:, 0].astype(np.int64)
-        assert len(set(values.tolist())) == 50  # every row holds a distinct transition
+        assert len(set(values.tolist())) == capacity  # every row holds a distinct transition
         assert ((values // 1_000_000 >= 1) & (values % 1_000_000 < batches * batch_rows)).all()
         del final, values
         assert checked > 0
