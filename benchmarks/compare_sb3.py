@@ -54,7 +54,7 @@ EVAL_ENVS = 16
 MODES = {
     #          env steps/run, env repeats, replay capacity, sac/ppo env steps, sac/ppo seeds
     "smoke": dict(num_envs=8, env_steps=5, env_repeats=1, replay_capacity=20_000, rl_steps=128, seeds=1),
-    "quick": dict(num_envs=64, env_steps=30, env_repeats=2, replay_capacity=200_000, rl_steps=64 * 40, seeds=1),
+    "quick": dict(num_envs=64, env_steps=30, env_repeats=2, replay_capacity=200_000, rl_steps=64 * 240, seeds=1),
     "default": dict(num_envs=64, env_steps=100, env_repeats=3, replay_capacity=1_000_000, rl_steps=64 * 800, seeds=3),
 }
 
