@@ -1,4 +1,4 @@
-"""Framework-neutral helper of the adapters: Gymnasium vector infos to one dict per env."""
+"""Framework-neutral helpers of the adapters: make the vector env, vector infos to one dict per env."""
 
 from __future__ import annotations
 
@@ -6,7 +6,27 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["unbatch_infos"]
+__all__ = ["make_unilab_vector_env", "unbatch_infos"]
+
+
+def make_unilab_vector_env(env_id: str, num_envs: int, caller: str, alternative: str, **env_kwargs: Any) -> Any:
+    """``gym.make_vec(env_id, num_envs=num_envs, **env_kwargs)``, which must give a ``UniLabVectorEnv``.
+
+    Raises:
+        TypeError: ``env_id`` makes another kind of env; the message names ``caller`` and suggests
+            ``alternative`` (the framework's own vectorization for other envs).
+    """
+    import gymnasium as gym
+
+    from unilab_gym.vector_env import UniLabVectorEnv
+
+    venv = gym.make_vec(env_id, num_envs=num_envs, **env_kwargs)
+    if not isinstance(venv, UniLabVectorEnv):
+        venv.close()
+        raise TypeError(
+            f"{caller}({env_id!r}) made a {type(venv).__name__}, not a UniLabVectorEnv; use {alternative} for other envs"
+        )
+    return venv
 
 
 def unbatch_infos(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:

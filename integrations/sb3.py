@@ -28,7 +28,7 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from unilab_gym.integrations._infos import unbatch_infos
+from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
 from unilab_gym.vector_env import UniLabVectorEnv
 
 __all__ = ["SB3VecEnv", "make_sb3_env"]
@@ -246,13 +246,7 @@ def make_sb3_env(
         TypeError: ``env_id`` does not make a ``UniLabVectorEnv``.
         ValueError: invalid env arguments (raised by the env, naming the argument).
     """
-    venv = gym.make_vec(env_id, num_envs=num_envs, **env_kwargs)
-    if not isinstance(venv, UniLabVectorEnv):
-        venv.close()
-        raise TypeError(
-            f"make_sb3_env({env_id!r}) made a {type(venv).__name__}, not a UniLabVectorEnv; "
-            "use stable_baselines3.common.env_util.make_vec_env for other envs"
-        )
+    venv = make_unilab_vector_env(env_id, num_envs, "make_sb3_env", "stable_baselines3.common.env_util.make_vec_env", **env_kwargs)
     env: VecEnv = SB3VecEnv(venv)
     if seed is not None:
         env.action_space.seed(seed)

@@ -28,7 +28,6 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pandas as pd
 from gymnasium.vector import AutoresetMode
@@ -36,7 +35,7 @@ from tianshou.data import Batch, VectorReplayBuffer
 from tianshou.data.types import RolloutBatchProtocol
 from tianshou.env import BaseVectorEnv
 
-from unilab_gym.integrations._infos import unbatch_infos
+from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
 from unilab_gym.replay import ReplayHandle, ReplayLayout, ReplayStorage
 from unilab_gym.vector_env import UniLabVectorEnv
 
@@ -286,13 +285,7 @@ def make_tianshou_env(env_id: str, num_envs: int, seed: int | None = None, **env
         TypeError: ``env_id`` does not make a ``UniLabVectorEnv``.
         ValueError: invalid env arguments (raised by the env, naming the argument).
     """
-    venv = gym.make_vec(env_id, num_envs=num_envs, **env_kwargs)
-    if not isinstance(venv, UniLabVectorEnv):
-        venv.close()
-        raise TypeError(
-            f"make_tianshou_env({env_id!r}) made a {type(venv).__name__}, not a UniLabVectorEnv; "
-            "use tianshou.env.DummyVectorEnv / SubprocVectorEnv for other envs"
-        )
+    venv = make_unilab_vector_env(env_id, num_envs, "make_tianshou_env", "tianshou.env.DummyVectorEnv / SubprocVectorEnv", **env_kwargs)
     envs = TianshouVectorEnv(venv)
     if seed is not None:
         envs.seed(seed)
