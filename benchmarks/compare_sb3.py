@@ -96,10 +96,14 @@ def env_configs(num_envs: int, steps: int) -> dict[str, tuple[Any, dict[str, Any
 
 # ----------------------------------------------------------------------------- RL sections
 class _Curve:
-    """SB3 callback factory: records (wall s, env steps, mean return of the last 20 episodes)."""
+    """SB3 callback factory: records (wall s, env steps, mean return of the last 20 episodes).
+
+    A point every ``every`` env steps once an episode has finished (stock PPO never counts
+    ``_episode_num``, so progress is measured in env steps, the same for every configuration).
+    """
 
     @staticmethod
-    def make():
+    def make(every: int):
         from stable_baselines3.common.callbacks import BaseCallback
 
         class Curve(BaseCallback):
@@ -107,13 +111,12 @@ class _Curve:
                 super().__init__()
                 self.points: list[tuple[float, int, float]] = []
                 self.t0 = time.perf_counter()
-                self._seen = 0
+                self._next = every
 
             def _on_step(self) -> bool:
                 buf = self.model.ep_info_buffer
-                n = self.model._episode_num if hasattr(self.model, "_episode_num") else len(buf)
-                if buf and n != self._seen:
-                    self._seen = n
+                if buf and self.num_timesteps >= self._next:
+                    self._next = (self.num_timesteps // every + 1) * every
                     recent = [e["r"] for e in list(buf)[-20:]]
                     self.points.append((time.perf_counter() - self.t0, int(self.num_timesteps), float(np.mean(recent))))
                 return True
@@ -153,7 +156,7 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
         kwargs["replay_buffer_class"] = SharedReplayBuffer
     torch.set_num_threads(1)  # fastest for these small networks on 2 shared cores, for every config
     model = SAC("MlpPolicy", env, **kwargs)
-    curve = _Curve.make()
+    curve = _Curve.make(every=max(num_envs, total_steps // 40))
     t0 = time.perf_counter()
     if kind == "async":
         with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=max(1, num_envs // 2),
@@ -197,7 +200,7 @@ def run_ppo(kind: str, num_envs: int, total_steps: int, seed: int, n_steps: int 
     else:  # async: the model's env only gives the spaces and n_envs (= 2 collectors x num_envs / 2)
         env = make_sb3_env(ID, num_envs, seed=seed, max_episode_steps=EPISODE_STEPS)
     model = PPO("MlpPolicy", env, n_steps=n_steps, batch_size=256, n_epochs=5, seed=seed, verbose=0)
-    curve, clock = _Curve.make(), _rollout_clock()
+    curve, clock = _Curve.make(every=max(num_envs, total_steps // 40)), _rollout_clock()
     t0 = time.perf_counter()
     if kind == "async":
         with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=num_envs // 2,

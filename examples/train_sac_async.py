@@ -2,6 +2,7 @@
 
     python examples/train_sac_async.py                          # 2 collectors x 32 envs, 300k env steps
     python examples/train_sac_async.py --total-steps 3000 --envs-per-collector 4 --save-path /tmp/sac_async
+    python examples/train_sac_async.py --metrics-port 9100      # + Prometheus at http://127.0.0.1:9100/metrics
 
 The model (same settings as ``train_sac_sb3.py``: 8 gradient steps per 64 transitions) trains
 with its own ``train()`` while 2 collector processes step their EIC clusters and write to its
@@ -34,6 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-path", type=Path, default=Path("runs/sac_async/model"))
     parser.add_argument("--threads", type=int, default=1, help="learner torch threads (collectors use 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
+    parser.add_argument("--metrics-port", type=int, default=None, help="serve pipeline metrics to Prometheus on this port")
     return parser.parse_args(argv)
 
 
@@ -56,7 +58,9 @@ def main(argv: list[str] | None = None) -> Path:
         verbose=1,
     )
     with AsyncRunner(model, env_id=ID, num_collectors=args.num_collectors, envs_per_collector=args.envs_per_collector,
-                     replay_ratio=args.replay_ratio, seed=args.seed) as runner:
+                     replay_ratio=args.replay_ratio, seed=args.seed, metrics_port=args.metrics_port) as runner:
+        if runner.metrics_url:
+            print(f"Prometheus metrics at {runner.metrics_url}")
         runner.learn(args.total_steps, progress_bar=not args.no_progress, log_interval=10)
     args.save_path.parent.mkdir(parents=True, exist_ok=True)
     model.save(args.save_path)

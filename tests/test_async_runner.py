@@ -362,9 +362,9 @@ def test_on_policy_two_collectors_callbacks_logs_and_behaviour_policy(tmp_path, 
     import csv
 
     rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
-    for key in ("unilab/policy_lag", "rollout/ep_rew_mean", "rollout/ep_len_mean", "time/fps", "train/value_loss"):
+    for key in ("unilab/policy_lag_max", "rollout/ep_rew_mean", "rollout/ep_len_mean", "time/fps", "train/value_loss"):
         assert key in rows[0], key
-    lags = [int(float(r["unilab/policy_lag"])) for r in rows]
+    lags = [int(float(r["unilab/policy_lag_max"])) for r in rows]  # one rollout per log: its lag
     assert len(lags) == rollouts and lags[0] == 0
     assert set(lags) <= {0, lag} and (max(lags) == lag)
     # values and log-probs are the behaviour policy's: the weights of lag updates ago

@@ -11,6 +11,7 @@ Data flow of one :meth:`UniLabVectorEnv.step`::
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from unilab_gym import trace
+from unilab_gym.metrics import StepLatency
 from unilab_gym.randomization import PARAMETER_NAMES, DomainRandomization
 from unilab_gym.sim import a1
 from unilab_gym.sim.world import ClusterWorld, RobotState
@@ -135,6 +137,10 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             ``motor_strength``; rewritten at each reset of that env).
         parameters: (N, P) float64, each env's current episode parameters, columns
             :data:`~unilab_gym.randomization.PARAMETER_NAMES`.
+        step_latency: :class:`~unilab_gym.metrics.StepLatency`, wall-clock µs of every
+            ``step()``: ``.physics`` (every cluster's slice and reading the states back) and
+            ``.task`` (the rest: action checks, task math, infos, resets) histograms. Set it to
+            ``None`` to stop timing (AsyncRunner collectors re-bind it to shared memory).
 
     Raises:
         ValueError: for an invalid argument, naming it.
@@ -267,6 +273,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         self._autoreset_envs = np.zeros(n, dtype=bool)
         self._env_rngs: list[np.random.Generator | None] = [None] * n
         self._needs_reset = True
+        self.step_latency: StepLatency | None = StepLatency()
 
     # ------------------------------------------------------------------ Gymnasium API
     def reset(
@@ -332,6 +339,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             gymnasium.error.ResetNeeded: before the first ``reset()``.
             gymnasium.error.ClosedEnvironmentError: after ``close()``.
         """
+        t_start = time.perf_counter_ns()
         self._check_open()
         if self._needs_reset:
             raise ResetNeeded("call reset() before step()")
@@ -349,12 +357,16 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         if self.domain_randomization.pushes:
             self._push(restarting)
         targets = self.nominal_joint_pos + self.action_scale * applied
+        t_slice = time.perf_counter_ns()
         for rows, world in self._clusters:
             world.step(targets[rows], self.kp[rows], self.kd[rows], self.torque_limits[rows], self.substeps)
+        physics_ns = time.perf_counter_ns() - t_slice
         self.episode_step += 1
         if restarting.any():
             self._reset_envs(restarting, [None] * self.num_envs)  # after the slice, so the new episode starts at rest
+        t_read = time.perf_counter_ns()
         self._read_states(np.ones(self.num_envs, dtype=bool))
+        physics_ns += time.perf_counter_ns() - t_read
 
         previous_action = self._last_action
         self._last_action = action
@@ -393,7 +405,11 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             infos.update({"final_obs": final_obs, "_final_obs": done.copy(), "final_info": final_info, "_final_info": done.copy()})
         elif self.autoreset_mode == AutoresetMode.NEXT_STEP:
             self._autoreset_envs = done.copy()
-        return self._obs.copy(), reward, terminated, truncated, infos
+        obs = self._obs.copy()
+        if self.step_latency is not None:
+            self.step_latency.physics.observe(physics_ns / 1e3)
+            self.step_latency.task.observe((time.perf_counter_ns() - t_start - physics_ns) / 1e3)
+        return obs, reward, terminated, truncated, infos
 
     def render(self) -> "EnvFrames | None":
         """Frames of the envs as a sequence of N (H, W, 3) uint8 arrays, or ``None`` without a render mode.

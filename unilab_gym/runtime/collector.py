@@ -15,7 +15,6 @@ learner decides when to stop) and exits when the learner sets ``stop`` or disapp
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import sys
@@ -28,7 +27,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from unilab_gym.runtime.control import EPISODES, READY, VERSION, Control, ControlHandle
+from unilab_gym.metrics import LatencyHistogram, StepLatency
+from unilab_gym.runtime.control import READY, STEP_LATENCY, TERMINATED, TRUNCATED, VERSION, WEIGHT_SYNC_LATENCY, Control, ControlHandle
 from unilab_gym.runtime.weights import SharedWeights, WeightsHandle
 
 #: How long a collector sleeps between checks while it may not collect, in s.
@@ -50,8 +50,8 @@ class CollectorSpec:
 
     ``env_id`` / ``env_kwargs`` or ``env_fn`` (``env_fn(num_envs) -> gymnasium VectorEnv``) make its
     env, reset with ``env_seed`` (env ``i`` gets ``env_seed + i``); ``seed`` seeds torch and
-    numpy. ``policy`` is the module the collector runs (SB3 actor, or the whole
-    ``ActorCriticPolicy``), saved with ``torch.save`` (bytes); its weights then follow the
+    numpy. ``policy_path`` is a file holding the module the collector runs (SB3 actor, or the
+    whole ``ActorCriticPolicy``), saved with ``torch.save``; its weights then follow the
     learner's through shared memory.
     """
 
@@ -59,7 +59,7 @@ class CollectorSpec:
     num_envs: int
     env_seed: int
     seed: int
-    policy: bytes
+    policy_path: str
     writer: Any
     env_id: str | None = None
     env_fn: Callable[[int], Any] | None = None
@@ -100,6 +100,10 @@ class Collector:
     :ivar policy: the torch module on CPU, in eval mode, with the weights of :attr:`version`.
     :ivar control: the shared counters; :attr:`row` is this collector's row.
     :ivar version: weight version loaded into :attr:`policy` (0: none yet).
+
+    Metrics go to this collector's row of ``control.metrics``: the env's
+    :class:`~unilab_gym.metrics.StepLatency` (if the env keeps one, as ``UniLabVectorEnv`` does)
+    is re-bound there, and :meth:`refresh` records the weight-sync latency (publish to loaded).
     """
 
     def __init__(self, spec: CollectorSpec, env: Any, policy: Any, weights: SharedWeights, control: Control, conn: Connection):
@@ -111,6 +115,11 @@ class Collector:
         self._flat = np.empty(sum(t.numel() for t in self._params), np.float32)
         self._ep_return = np.zeros(env.num_envs)
         self._ep_length = np.zeros(env.num_envs, np.int64)
+        metrics = control.metrics[spec.index]
+        self._weight_sync = LatencyHistogram(metrics[WEIGHT_SYNC_LATENCY])
+        base = env.unwrapped
+        if getattr(base, "step_latency", None) is not None:
+            base.step_latency = StepLatency(metrics[STEP_LATENCY])
         self.row[READY] = 1
 
     @property
@@ -123,6 +132,7 @@ class Collector:
         if self._weights.version > self.version:
             self.version = self._weights.read(self._flat)
             _load(self._params, self._flat)
+            self._weight_sync.observe((time.monotonic_ns() - self._weights.read_published_ns) / 1e3)
             self.row[VERSION] = self.version
         return self.version
 
@@ -130,11 +140,17 @@ class Collector:
     def idle() -> None:
         time.sleep(IDLE_WAIT_S)
 
-    def track_episodes(self, reward: np.ndarray, done: np.ndarray, counted: np.ndarray | None = None) -> np.ndarray:
-        """Add ``reward`` (N,) to the running episode stats (only where ``counted``), report the ``done`` ones.
+    def track_episodes(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+                       counted: np.ndarray | None = None) -> np.ndarray:
+        """Add ``reward`` (N,) to the running episode stats (only where ``counted``), report the finished ones.
 
-        Returns the indices of the envs whose episode ended (their stats restart from zero).
+        An episode finished where ``terminated | truncated`` (N,) bool (and ``counted``); it counts
+        as terminated if ``terminated``, else truncated. Returns the indices of the envs whose
+        episode ended (their stats restart from zero).
         """
+        done = terminated | truncated
+        if counted is not None:
+            done = done & counted
         if counted is None:
             self._ep_return += reward
             self._ep_length += 1
@@ -144,7 +160,9 @@ class Collector:
         idx = np.flatnonzero(done)
         if idx.size:
             self.conn.send(("episodes", self._ep_return[idx].tolist(), self._ep_length[idx].tolist()))
-            self.row[EPISODES] += idx.size
+            ended_terminated = int(np.count_nonzero(terminated[idx]))
+            self.row[TERMINATED] += ended_terminated
+            self.row[TRUNCATED] += idx.size - ended_terminated
             self._ep_return[idx] = 0.0
             self._ep_length[idx] = 0
         return idx
@@ -181,7 +199,7 @@ def _run(spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: Con
     torch.set_num_threads(1)
     torch.manual_seed(spec.seed)
     np.random.seed(spec.seed % 2**32)
-    policy = torch.load(io.BytesIO(spec.policy), weights_only=False)
+    policy = torch.load(spec.policy_path, weights_only=False)
     policy.eval()
     weights = SharedWeights.attach(weights_handle)
     opened.append(weights)

@@ -1,7 +1,8 @@
 """Shared counters between the learner and its collectors (one small int64 segment).
 
-The learner writes the global fields; collector ``c`` writes only its own row.
-Every field is one aligned int64 with a single writer, so no lock is needed.
+The learner writes the global fields; collector ``c`` writes only its own row of counters
+and its own row of metrics. Every field is one aligned 8-byte value with a single writer, so
+no lock is needed.
 """
 
 from __future__ import annotations
@@ -10,14 +11,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from unilab_gym.metrics import LatencyHistogram, StepLatency
 from unilab_gym.replay.segment import Segment
 
 # learner-written fields
 STOP, BUDGET, LEARNING_STARTS, GRANTED = 0, 1, 2, 3
 _GLOBAL = 8
 # per-collector row fields
-TRANSITIONS, VERSION, EPISODES, STEP_CALLS, ROLLOUTS, READY = 0, 1, 2, 3, 4, 5
-_ROW = 6
+TRANSITIONS, VERSION, TERMINATED, TRUNCATED, STEP_CALLS, ROLLOUTS, READY = 0, 1, 2, 3, 4, 5, 6
+_ROW = 7
+# per-collector float64 metrics row: the env's step latency (physics, task), then weight-sync latency
+STEP_LATENCY = slice(0, StepLatency.SIZE)
+WEIGHT_SYNC_LATENCY = slice(StepLatency.SIZE, StepLatency.SIZE + LatencyHistogram.SIZE)
+_METRICS = StepLatency.SIZE + LatencyHistogram.SIZE
 
 
 @dataclass(frozen=True)
@@ -33,19 +39,23 @@ class Control:
     commit transitions while the total is below it: backpressure), ``learning_starts`` (total
     transitions before which collectors act uniformly at random, as SB3 does); on-policy:
     ``granted`` (collectors may collect rollouts ``0 .. granted - 1``).
-    Collector ``c`` fields: ``transitions`` written, policy ``version`` in use, ``episodes``
-    finished, ``step_calls`` (vector-env steps), ``rollouts`` completed (on-policy), ``ready``
-    (1 once it is in its loop, where it notices ``stop`` within one step).
+    Collector ``c`` fields: ``transitions`` written, policy ``version`` in use, episodes
+    ``terminated`` / ``truncated``, ``step_calls`` (vector-env steps), ``rollouts`` completed
+    (on-policy), ``ready`` (1 once it is in its loop, where it notices ``stop`` within one step).
+    :attr:`metrics` row ``c`` (float64) holds collector ``c``'s latency histograms
+    (:data:`STEP_LATENCY`, :data:`WEIGHT_SYNC_LATENCY`).
     """
 
     def __init__(self, num_collectors: int, _segment: Segment | None = None):
         if _segment is None:
-            _segment = Segment.create(8 * (_GLOBAL + _ROW * num_collectors))
+            _segment = Segment.create(8 * (_GLOBAL + (_ROW + _METRICS) * num_collectors))
         self._segment = _segment
         self.num_collectors = num_collectors
-        self._array = np.frombuffer(_segment.buf, np.int64, _GLOBAL + _ROW * num_collectors)
+        ints = _GLOBAL + _ROW * num_collectors
+        self._array = np.frombuffer(_segment.buf, np.int64, ints)
         self.globals = self._array[:_GLOBAL]
         self.rows = self._array[_GLOBAL:].reshape(num_collectors, _ROW)
+        self.metrics = np.frombuffer(_segment.buf, np.float64, _METRICS * num_collectors, 8 * ints).reshape(num_collectors, _METRICS)
 
     @classmethod
     def attach(cls, handle: ControlHandle) -> "Control":
@@ -63,5 +73,5 @@ class Control:
         return int(self.rows[:, TRANSITIONS].sum())
 
     def close(self) -> None:
-        self.globals = self.rows = self._array = None  # type: ignore[assignment]
+        self.globals = self.rows = self._array = self.metrics = None  # type: ignore[assignment]
         self._segment.close()

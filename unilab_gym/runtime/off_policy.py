@@ -15,7 +15,8 @@ runs ``floor((num_timesteps - learning_starts) * replay_ratio)`` gradient steps 
 **Policy lag** is the learner's published weight version minus the version a collector acts
 with. Collectors load every new version before their next step; the learner never publishes a
 version more than ``max_policy_lag`` ahead of the slowest live collector (it keeps training and
-publishes later), so the lag stays within ``max_policy_lag`` (default 4). Both figures are logged.
+publishes later), so the lag stays within ``max_policy_lag`` (default 4). Both figures are logged
+with the other pipeline metrics (:mod:`unilab_gym.runtime.metrics`).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class ReplayWriter:
                 row[TRANSITIONS] += int(keep.sum())
                 row[STEP_CALLS] += 1
                 done = (terminated | truncated) & keep
-                idx = c.track_episodes(reward, done, counted=keep)
+                idx = c.track_episodes(reward, terminated, truncated, counted=keep)
                 if noise is not None and idx.size:
                     noise.reset(indices=idx.tolist())
                 restarting = done if not same_step else np.zeros(n, bool)
@@ -156,6 +157,8 @@ class OffPolicyLoop:
             raise ValueError(f"replay_ratio must be a finite number >= 0, got {replay_ratio!r}")
         self.model = model
         self.policy = model.actor
+        self.replay_storage = model.replay_buffer.storage  # for the replay metrics
+        self.batch_size = int(model.batch_size)
         self.max_policy_lag = max_policy_lag
         self.replay_ratio = float(replay_ratio)
         self.num_collectors, self.envs_per_collector = num_collectors, envs_per_collector
@@ -181,11 +184,10 @@ class OffPolicyLoop:
         starts = max(0, model.learning_starts - start_steps)
         lead = 2 * self.num_collectors * self.envs_per_collector
         control.globals[LEARNING_STARTS] = base + starts
-        t0 = time.monotonic()
         grad_steps = calls = 0
         grad_step_s = TRAIN_CHUNK_S  # running estimate of one gradient step's duration
         episodes_logged = model._episode_num
-        lag_sum = lag_n = lag_max = 0
+        metrics = runner.metrics
 
         def set_budget() -> None:
             allowed = target if self.replay_ratio == 0 else min(target, starts + math.ceil(grad_steps / self.replay_ratio) + lead)
@@ -204,18 +206,11 @@ class OffPolicyLoop:
                 if not callback.on_step():
                     return
             model.num_timesteps = now_steps
-            lag = runner.policy_lag()
-            lag_sum, lag_n, lag_max = lag_sum + lag, lag_n + 1, max(lag_max, lag)
+            metrics.observe_policy_lag(runner.policy_lag())
             if log_interval is not None and model._episode_num // log_interval > episodes_logged // log_interval:
                 episodes_logged = model._episode_num
-                elapsed = max(time.monotonic() - t0, 1e-9)
-                model.logger.record("unilab/policy_lag_mean", lag_sum / max(lag_n, 1))
-                model.logger.record("unilab/policy_lag_max", lag_max)
-                model.logger.record("unilab/grad_steps_per_s", grad_steps / elapsed)
-                model.logger.record("unilab/env_steps_per_s", produced / elapsed)
-                model.logger.record("unilab/replay_ratio", grad_steps / max(produced - starts, 1))
+                metrics.record(model.logger)
                 (model.dump_logs if hasattr(model, "dump_logs") else model._dump_logs)()
-                lag_sum = lag_n = lag_max = 0
             done = produced >= target
             if done:
                 control.globals[BUDGET] = control.total_transitions()  # pause collectors
@@ -227,9 +222,11 @@ class OffPolicyLoop:
                 # chunks of about TRAIN_CHUNK_S, so collector faults are noticed between them
                 k = due if done else max(1, min(due, int(TRAIN_CHUNK_S / grad_step_s)))
                 t_train = time.perf_counter()
-                model.train(gradient_steps=k, batch_size=model.batch_size)
+                with metrics.learner_phase("train"):
+                    model.train(gradient_steps=k, batch_size=model.batch_size)
                 grad_step_s = 0.8 * grad_step_s + 0.2 * (time.perf_counter() - t_train) / k
                 grad_steps += k
+                metrics.gradient_steps += k
                 # never publish a version more than max_policy_lag ahead of a live collector
                 if runner.policy_lag() + 1 <= self.max_policy_lag:
                     runner._publish()

@@ -31,7 +31,8 @@ learner trains — strictly on-policy, and with a fixed seed reproducible run to
 rollout ``k``. Values and log-probs are the behaviour policy's (the one that acted), so PPO's
 ratio is taken against the policy that collected the data, one update behind the policy being
 trained: slightly off-policy, which PPO's clipping tolerates. The lag of each rollout (learner
-version minus behaviour version) is logged as ``unilab/policy_lag``.
+version minus behaviour version) is logged as ``unilab/policy_lag_mean`` / ``_max``, with the
+other pipeline metrics (:mod:`unilab_gym.runtime.metrics`).
 
 **Stopping.** A callback that returns ``False`` mid-rollout drops that rollout, as SB3 does; the
 collectors finish it anyway and the next ``learn()`` starts with the rollout after it.
@@ -93,7 +94,8 @@ class RolloutWriter:
         try:
             obs, _ = env.reset(seed=c.spec.env_seed)
             episode_starts = np.ones(n, np.float32)
-            k = int(row[ROLLOUTS])
+            k = int(row[ROLLOUTS])  # a replacement collector redoes the rollout its predecessor left unfinished
+            row[STEP_CALLS] = k * n_steps
             while c.running:
                 if k >= control.globals[GRANTED]:
                     c.idle()
@@ -107,7 +109,7 @@ class RolloutWriter:
                     next_obs, reward, terminated, truncated, info = env.step(np.clip(actions, space.low, space.high).astype(space.dtype))
                     dones = terminated | truncated
                     reward = np.array(reward, np.float32)
-                    c.track_episodes(reward, dones)
+                    c.track_episodes(reward, terminated, truncated)
                     # SB3's bootstrap of truncated episodes (its GitHub issue #633); one env at a time as
                     # SB3 does, because a batched forward pass may round differently in the last bit
                     for i in np.flatnonzero(truncated & ~terminated):
@@ -187,6 +189,8 @@ class OnPolicyLoop:
             raise ValueError(f"AsyncRunner fills SB3's RolloutBuffer, the model has a {type(model.rollout_buffer).__name__}")
         self.model = model
         self.policy = model.policy
+        self.replay_storage = None  # no replay: no replay metrics
+        self.batch_size = 0
         self.max_policy_lag = max_policy_lag
         self.replay_ratio = None
         self.envs_per_collector = envs_per_collector
@@ -230,7 +234,13 @@ class OnPolicyLoop:
         self._grant(control, end)
         runner._start_collectors()
         iteration = 0
-        self._own_buffer.between_batches = runner._poll
+        metrics = runner.metrics
+
+        def between_batches() -> None:  # one minibatch = one gradient step
+            metrics.gradient_steps += 1
+            runner._poll()
+
+        self._own_buffer.between_batches = between_batches
         try:
             for k in range(self.next_rollout, end):
                 if not self._await_rollout(runner, k, callback):
@@ -239,14 +249,15 @@ class OnPolicyLoop:
                 slot = k % SLOTS
                 self.storage.fill(model.rollout_buffer, slot)
                 self.next_rollout = k + 1
-                lag = runner._weights.version - int(self.storage.versions[slot].min())
+                metrics.observe_policy_lag(runner._weights.version - int(self.storage.versions[slot].min()))
                 callback.on_rollout_end()
                 iteration += 1
                 model._update_current_progress_remaining(model.num_timesteps, total)
                 if log_interval is not None and iteration % log_interval == 0:
-                    model.logger.record("unilab/policy_lag", lag)
+                    metrics.record(model.logger)
                     model.dump_logs(iteration)
-                model.train()
+                with metrics.learner_phase("train"):
+                    model.train()
                 runner._publish()
                 self._grant(control, end)
         finally:

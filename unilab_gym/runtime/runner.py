@@ -22,10 +22,11 @@ collector (collector side):
 
 from __future__ import annotations
 
-import io
 import multiprocessing as mp
 import os
+import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
@@ -35,6 +36,7 @@ import numpy as np
 from unilab_gym.runtime.collector import CollectorSpec, collector_main
 from unilab_gym.runtime.control import READY, STOP, VERSION, Control
 from unilab_gym.runtime.errors import CollectorError
+from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics
 from unilab_gym.runtime.weights import SharedWeights
 
 #: Longest a learner waits for collectors to exit on close before terminating them, in s.
@@ -67,12 +69,22 @@ class AsyncRunner:
             gets ``+ i``, so env ``j`` of all collectors gets ``seed + j``, as ``make_sb3_env``
             seeds them) and torch / numpy with ``seed + c``; default ``model.seed``, else random.
         start_method: multiprocessing start method for collectors (``"spawn"``, safe with torch).
+        max_collector_restarts: how many collector faults (an exception in a collector, or a
+            collector that died, e.g. SIGKILL) the runner survives over its life by starting a
+            new collector in its place (with a new env seed; a warning names the fault). The next
+            fault raises :class:`CollectorError`. Default 0: the first fault raises.
+        metrics_port: serve the pipeline metrics (:data:`unilab_gym.runtime.metrics.METRICS`) to
+            Prometheus at ``http://<metrics_addr>:<port>/metrics`` (0: a free port, see
+            :attr:`metrics_url`). Default ``None``: no server. Needs ``prometheus-client``.
+            The same figures go to the SB3 logger under ``unilab/*`` whenever the runner logs.
+        metrics_addr: address the metrics server binds, loopback only by default.
 
     Raises:
         ValueError: an unsupported model or model setting (named in the message), both or
-            neither of ``env_id`` / ``env_fn``, bad counts, a bad ``max_policy_lag`` or
-            ``replay_ratio``, or a model whose env is wrapped in ``VecNormalize`` (collectors
-            would not normalize).
+            neither of ``env_id`` / ``env_fn``, bad counts, a bad ``max_policy_lag``,
+            ``replay_ratio``, ``max_collector_restarts`` or ``metrics_port``, or a model whose
+            env is wrapped in ``VecNormalize`` (collectors would not normalize).
+        OSError: ``metrics_port`` is already in use (``errno.EADDRINUSE``); nothing is left running.
 
     Use as a context manager, or call :meth:`close`; it stops and joins every collector.
     """
@@ -90,6 +102,9 @@ class AsyncRunner:
         replay_ratio: float | None = None,
         seed: int | None = None,
         start_method: str = "spawn",
+        max_collector_restarts: int = 0,
+        metrics_port: int | None = None,
+        metrics_addr: str = "127.0.0.1",
     ):
         from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
         from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
@@ -103,6 +118,12 @@ class AsyncRunner:
         for name, value in (("num_collectors", num_collectors), ("envs_per_collector", envs_per_collector)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(max_collector_restarts, bool) or not isinstance(max_collector_restarts, int) or max_collector_restarts < 0:
+            raise ValueError(f"max_collector_restarts must be an int >= 0, got {max_collector_restarts!r}")
+        if metrics_port is not None and (
+            isinstance(metrics_port, bool) or not isinstance(metrics_port, int) or not 0 <= metrics_port <= 65535
+        ):
+            raise ValueError(f"metrics_port must be None or an int in [0, 65535], got {metrics_port!r}")
         if isinstance(model, OnPolicyAlgorithm):
             family = OnPolicyLoop
         elif isinstance(model, OffPolicyAlgorithm):
@@ -137,14 +158,23 @@ class AsyncRunner:
         size = sum(t.numel() for t in self._tensors)
         self._flat = np.empty(size, np.float32)
         self._published = np.full(size, np.nan, np.float32)
+        self.max_collector_restarts = max_collector_restarts
+        self._restarts = [0] * num_collectors  # per collector: how many times it was replaced
         self._weights: SharedWeights | None = None
+        self._control: Control | None = None
+        self._metrics_server: MetricsServer | None = None
+        self._policy_file: str | None = None
         try:
             self._weights = SharedWeights(size)
             self._control = Control(num_collectors)
+            #: the pipeline metrics (:class:`~unilab_gym.runtime.metrics.RunnerMetrics`).
+            self.metrics = RunnerMetrics(self._control, self._weights, self._loop.replay_storage, self._loop.batch_size)
+            if metrics_port is not None:
+                self._metrics_server = MetricsServer(self.metrics, metrics_port, metrics_addr)
         except BaseException:
-            if self._weights is not None:
-                self._weights.close()
-            self._loop.close()
+            for resource in (self._control, self._weights, self._loop):
+                if resource is not None:
+                    resource.close()
             raise
         self._procs: list[Any] = []
         self._conns: list[Any] = []
@@ -168,6 +198,11 @@ class AsyncRunner:
         return self._closed
 
     @property
+    def metrics_url(self) -> str | None:
+        """``http://<addr>:<port>/metrics`` of the Prometheus endpoint, or ``None`` (no ``metrics_port``, or closed)."""
+        return self._metrics_server.url if self._metrics_server is not None else None
+
+    @property
     def collector_pids(self) -> list[int]:
         """Process ids of the running collectors (empty before the first :meth:`learn`)."""
         return [p.pid for p in self._procs]
@@ -176,12 +211,17 @@ class AsyncRunner:
         """Stop and join every collector, then free the runner's shared memory. Idempotent.
 
         Collectors in their loop get ``JOIN_TIMEOUT_S`` to exit, then SIGTERM, then SIGKILL;
-        collectors still starting (imports, env construction) get SIGTERM at once. The model (and
-        its replay buffer) stays usable; an on-policy model gets its own rollout buffer back.
+        collectors still starting (imports, env construction) get SIGTERM at once. The metrics
+        port is released. The model (and its replay buffer) stays usable; an on-policy model
+        gets its own rollout buffer back.
         """
         if self._closed:
             return
         self._closed = True
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+            self._metrics_server = None
+        self.metrics.close()
         self._control.globals[STOP] = 1
         for proc, ready in zip(self._procs, self._control.rows[:, READY]):
             if not ready:  # still importing or building its env: nothing to finish, do not wait for it
@@ -199,6 +239,9 @@ class AsyncRunner:
         for conn in self._conns:
             conn.close()
         self._procs, self._conns = [], []
+        if self._policy_file is not None:
+            os.unlink(self._policy_file)
+            self._policy_file = None
         self._control.close()
         self._weights.close()
         self._loop.close()
@@ -215,36 +258,49 @@ class AsyncRunner:
 
         import torch
 
-        buffer = io.BytesIO()
-        torch.save(copy.deepcopy(self._policy).to("cpu"), buffer)
+        # the policy module goes through a file, not the spawn payload: a large payload blocks
+        # Process.start() until the child reads it, forever if the child fails while bootstrapping
+        with tempfile.NamedTemporaryFile(prefix="unilab-policy-", suffix=".pt", delete=False) as f:
+            self._policy_file = f.name
+            torch.save(copy.deepcopy(self._policy).to("cpu"), f)
         for c in range(self.num_collectors):
-            spec = CollectorSpec(
-                index=c,
-                num_envs=self.envs_per_collector,
-                env_seed=self.seed + c * self.envs_per_collector,
-                seed=self.seed + c,
-                policy=buffer.getvalue(),
-                writer=self._loop.writer(c),
-                env_id=self._env_id,
-                env_fn=self._env_fn,
-                env_kwargs=self._env_kwargs,
-                parent_pid=os.getpid(),
-            )
-            reader, writer = self._ctx.Pipe(duplex=False)
-            proc = self._ctx.Process(
-                target=collector_main,
-                args=(spec, self._weights.handle, self._control.handle, writer),
-                name=f"unilab-collector-{c}",
-                daemon=True,
-            )
-            proc.start()
-            writer.close()
+            proc, conn = self._spawn(c)
             self._procs.append(proc)
-            self._conns.append(reader)
+            self._conns.append(conn)
+
+    def _spawn(self, c: int) -> tuple[Any, Any]:
+        """Start collector ``c`` (its ``k``-th replacement gets env and torch seeds shifted by ``k * num_collectors`` collectors)."""
+        shift = self._restarts[c] * self.num_collectors
+        spec = CollectorSpec(
+            index=c,
+            num_envs=self.envs_per_collector,
+            env_seed=self.seed + (c + shift) * self.envs_per_collector,
+            seed=self.seed + c + shift,
+            policy_path=self._policy_file,
+            writer=self._loop.writer(c),
+            env_id=self._env_id,
+            env_fn=self._env_fn,
+            env_kwargs=self._env_kwargs,
+            parent_pid=os.getpid(),
+        )
+        reader, writer = self._ctx.Pipe(duplex=False)
+        proc = self._ctx.Process(
+            target=collector_main,
+            args=(spec, self._weights.handle, self._control.handle, writer),
+            name=f"unilab-collector-{c}",
+            daemon=True,
+        )
+        proc.start()
+        writer.close()
+        return proc, reader
 
     # ------------------------------------------------------------------ weights
     def _publish(self, only_if_changed: bool = False) -> int:
         """Publish the policy's weights as a new version (unless unchanged and ``only_if_changed``); return the version."""
+        with self.metrics.learner_phase("publish_weights"):
+            return self._publish_now(only_if_changed)
+
+    def _publish_now(self, only_if_changed: bool) -> int:
         offset = 0
         for t in self._tensors:
             k = t.numel()
@@ -256,26 +312,30 @@ class AsyncRunner:
         return self._weights.publish(self._flat)
 
     def policy_lag(self) -> int:
-        """Current policy lag: published version minus the oldest version a collector acts with."""
-        if not self._procs:
-            return 0
-        return self._weights.version - int(self._control.rows[:, VERSION].min())
+        """Current policy lag: published version minus the oldest version a running collector acts with."""
+        return self.metrics.policy_lag()
 
     # ------------------------------------------------------------------ faults and messages
     def _wait(self, timeout: float) -> None:
-        """Sleep until a collector sends a message or exits, at most ``timeout`` s."""
-        wait(self._conns + [p.sentinel for p in self._procs], timeout=timeout)
+        """Sleep until a collector sends a message or exits, at most ``timeout`` s (learner time: waiting for data)."""
+        with self.metrics.learner_phase("wait_for_data"):
+            wait(self._conns + [p.sentinel for p in self._procs], timeout=timeout)
 
     def _poll(self) -> None:
-        """Drain collector messages (episode stats go to ``model.ep_info_buffer``); raise for a failed or dead collector.
+        """Drain collector messages (episode stats go to ``model.ep_info_buffer``); handle failed or dead collectors.
+
+        A fault is counted in ``metrics.collector_errors``; while ``max_collector_restarts``
+        allows, the collector is replaced (with a warning), otherwise the fault is raised.
 
         Raises:
-            CollectorError: a collector sent its traceback, or exited.
+            CollectorError: a collector sent its traceback, or exited, and no restart is left.
         """
+        self.metrics.tick()
         ready = wait(self._conns + [p.sentinel for p in self._procs], timeout=0)
         if not ready:
             return
         for c, (conn, proc) in enumerate(zip(self._conns, self._procs)):
+            fault: CollectorError | None = None
             if conn in ready:
                 while conn.poll():
                     try:
@@ -283,18 +343,54 @@ class AsyncRunner:
                     except (EOFError, OSError):
                         break
                     if kind == "error":
-                        raise CollectorError(
+                        fault = CollectorError(
                             f"collector {c} (pid {proc.pid}) raised an exception",
                             collector=c, pid=proc.pid, exitcode=proc.exitcode, traceback=payload[0],
                         )
+                        break
                     self._on_episodes(*payload)
-            if proc.sentinel in ready or not proc.is_alive():
+            if fault is None and (proc.sentinel in ready or not proc.is_alive()):
                 proc.join(0.1)
-                raise CollectorError(
-                    f"collector {c} (pid {proc.pid}) died unexpectedly with exit code {proc.exitcode}"
-                    + (" (killed by signal %d)" % -proc.exitcode if proc.exitcode is not None and proc.exitcode < 0 else ""),
+                starting = not self._control.rows[c, READY]
+                fault = CollectorError(
+                    f"collector {c} (pid {proc.pid}) "
+                    + ("exited while starting" if starting else "died unexpectedly")
+                    + f" with exit code {proc.exitcode}"
+                    + (" (killed by signal %d)" % -proc.exitcode if proc.exitcode is not None and proc.exitcode < 0 else "")
+                    + (
+                        "; its error is on stderr above. A script that creates an AsyncRunner must do it under "
+                        "`if __name__ == \"__main__\":` (collectors are spawned processes that import the script)"
+                        if starting else ""
+                    ),
                     collector=c, pid=proc.pid, exitcode=proc.exitcode, traceback=None,
                 )
+            if fault is not None:
+                self.metrics.collector_errors += 1
+                if self.metrics.collector_restarts >= self.max_collector_restarts:
+                    raise fault
+                self._restart(c, fault)
+
+    def _restart(self, c: int, fault: CollectorError) -> None:
+        """Replace collector ``c`` after ``fault``: stop what is left of it, start a new one in its row."""
+        proc = self._procs[c]
+        proc.join(JOIN_TIMEOUT_S)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(1.0)
+        self._conns[c].close()
+        self.metrics.collector_restarts += 1
+        self._restarts[c] += 1
+        head = str(fault).split("\n\n--- collector")[0]
+        last = (fault.traceback or "").strip().splitlines()[-1:] or [""]
+        warnings.warn(
+            f"{head}: {last[0]}; restarting it ({self.metrics.collector_restarts} of max_collector_restarts="
+            f"{self.max_collector_restarts})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        self._control.rows[c, READY] = 0
+        self._control.rows[c, VERSION] = 0
+        self._procs[c], self._conns[c] = self._spawn(c)
 
     def _on_episodes(self, returns: list[float], lengths: list[int]) -> None:
         model = self.model

@@ -8,6 +8,8 @@ Segment layout::
     header[1] size         number of float32 values of one copy of the weights
     header[2] seq0         sequence counter of buffer 0 (odd while it is being written)
     header[3] seq1         sequence counter of buffer 1
+    header[4] time0        ``time.monotonic_ns()`` when buffer 0 was published (system-wide clock on Linux)
+    header[5] time1        the same for buffer 1
 
 Publishing version ``v`` writes buffer ``v % 2`` inside its sequence lock (``seq += 1`` before,
 ``seq += 1`` after), then sets ``version = v``. A reader takes ``v = version``, checks that
@@ -21,13 +23,14 @@ loads as seen from Python, because every access is a separate numpy call.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from unilab_gym.replay.segment import Segment
 
-_VERSION, _SIZE, _SEQ0 = 0, 1, 2
+_VERSION, _SIZE, _SEQ0, _TIME0 = 0, 1, 2, 4
 _HEADER_INTS = 8
 _HEADER_BYTES = 8 * _HEADER_INTS
 MAX_READ_RETRIES = 10_000
@@ -61,6 +64,8 @@ class SharedWeights:
         if _segment.owner:
             self._header[_SIZE] = size
         self.size = int(self._header[_SIZE])
+        #: ``time.monotonic_ns()`` at which the version returned by the last :meth:`read` was published.
+        self.read_published_ns = 0
         self._buffers = [
             np.frombuffer(_segment.buf, np.float32, self.size, _HEADER_BYTES + k * 4 * self.size) for k in (0, 1)
         ]
@@ -87,12 +92,15 @@ class SharedWeights:
         k = version % 2
         self._header[_SEQ0 + k] += 1  # odd: being written
         self._buffers[k][:] = values
+        self._header[_TIME0 + k] = time.monotonic_ns()
         self._header[_SEQ0 + k] += 1  # even: complete
         self._header[_VERSION] = version
         return version
 
     def read(self, out: np.ndarray) -> int:
         """Copy the newest complete version into ``out`` ((size,) float32); return its version.
+
+        Also sets :attr:`read_published_ns` to the time that version was published.
 
         Raises:
             RuntimeError: nothing has been published yet, or the copy kept being overwritten
@@ -107,7 +115,9 @@ class SharedWeights:
             if before % 2:
                 continue
             out[:] = self._buffers[k]
+            published_ns = int(self._header[_TIME0 + k])
             if int(self._header[_SEQ0 + k]) == before:
+                self.read_published_ns = published_ns
                 return version
         raise RuntimeError(f"could not read consistent weights in {MAX_READ_RETRIES} tries")
 

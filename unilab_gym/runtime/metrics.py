@@ -1,0 +1,347 @@
+"""Pipeline metrics of an ``AsyncRunner``: one table, served to Prometheus and written to SB3's logger.
+
+Where the figures come from:
+
+- collectors write counters (transitions, episodes, policy version) and latency histograms (the
+  env's step latency, physics vs task math; weight-sync latency) into their own rows of the
+  shared :class:`~unilab_gym.runtime.control.Control` segment;
+- the learner keeps its own timers (waiting for data, training, publishing weights), gradient
+  steps and collector faults in :class:`RunnerMetrics`, and updates the per-second rates at most
+  once per :data:`RATE_WINDOW_S` while ``learn()`` runs.
+
+Nothing here runs in a collector's step loop except the histograms' ``observe`` (a bisect and
+two adds). Reading is done by whoever asks: :meth:`RunnerMetrics.record` (SB3 logger, when the
+runner dumps its logs) and :class:`MetricsServer` (Prometheus scrapes, on the server's thread).
+
+The names follow Prometheus' conventions (``unilab_`` prefix, unit suffix, ``_total`` for
+counters); :data:`METRICS` is the table README documents.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from unilab_gym.metrics import LatencyHistogram, StepLatency
+from unilab_gym.runtime.control import READY, STEP_LATENCY, TERMINATED, TRANSITIONS, TRUNCATED, VERSION, WEIGHT_SYNC_LATENCY
+
+#: Shortest window over which the per-second rates are computed, in s.
+RATE_WINDOW_S = 1.0
+#: Learner time phases (label ``phase`` of ``unilab_learner_seconds_total``).
+LEARNER_PHASES = ("wait_for_data", "train", "publish_weights")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: Prometheus name (unit in the name), type, labels, and what it measures."""
+
+    name: str
+    kind: str  # "counter" | "gauge" | "histogram"
+    help: str
+    labels: tuple[str, ...] = ()
+    off_policy_only: bool = False
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("unilab_env_steps_total", "counter", "Env steps (transitions) written by each collector.", ("collector",)),
+    Metric("unilab_env_steps_per_second", "gauge", "Env steps per second of each collector, over the last >= 1 s.", ("collector",)),
+    Metric("unilab_step_latency_microseconds", "histogram",
+           "Wall-clock time of each vector-env step() in a collector, in microseconds: phase=physics (every "
+           "cluster's slice of substeps and reading the states back), phase=task (action checks, task math, infos, resets).",
+           ("collector", "phase")),
+    Metric("unilab_weight_sync_latency_microseconds", "histogram",
+           "From the learner publishing a weight version to a collector acting with it, in microseconds.", ("collector",)),
+    Metric("unilab_policy_version", "gauge", "Newest weight version published by the learner."),
+    Metric("unilab_policy_lag_versions", "gauge",
+           "Published weight version minus the oldest version a running collector acts with, in versions."),
+    Metric("unilab_replay_size_transitions", "gauge", "Transitions held in the shared replay buffer.", off_policy_only=True),
+    Metric("unilab_replay_committed_transitions_total", "counter", "Transitions ever committed to the shared replay buffer.",
+           off_policy_only=True),
+    Metric("unilab_replay_write_transitions_per_second", "gauge", "Transitions committed per second, over the last >= 1 s.",
+           off_policy_only=True),
+    Metric("unilab_replay_sample_transitions_per_second", "gauge",
+           "Transitions sampled per second by the learner (gradient steps x batch size), over the last >= 1 s.",
+           off_policy_only=True),
+    Metric("unilab_replay_ratio", "gauge",
+           "Replay ratio achieved: gradient steps per transition collected, over the last >= 1 s.", off_policy_only=True),
+    Metric("unilab_gradient_steps_total", "counter", "Gradient steps run by the learner."),
+    Metric("unilab_learner_seconds_total", "counter",
+           "Learner wall-clock time in seconds, by phase: wait_for_data, train, publish_weights "
+           "(the rest is callbacks and bookkeeping).", ("phase",)),
+    Metric("unilab_collector_restarts_total", "counter", "Collectors restarted after a fault (max_collector_restarts)."),
+    Metric("unilab_collector_errors_total", "counter", "Collector faults: an exception raised in a collector, or a collector that died."),
+    Metric("unilab_episodes_total", "counter", "Episodes finished, by outcome (terminated or truncated).", ("collector", "outcome")),
+)
+
+
+class RunnerMetrics:
+    """The learner's view of the pipeline metrics (see the module docstring).
+
+    Args:
+        control: the runner's :class:`~unilab_gym.runtime.control.Control`.
+        weights: the runner's :class:`~unilab_gym.runtime.weights.SharedWeights`.
+        replay: the ``ReplayStorage`` collectors write to (off-policy), or ``None``.
+        batch_size: transitions per gradient step (off-policy), for the sample rate.
+
+    The learner-side counters are plain attributes the runner updates: :attr:`gradient_steps`,
+    :attr:`collector_errors`, :attr:`collector_restarts` and, through :meth:`learner_phase`,
+    :attr:`learner_seconds`.
+    """
+
+    def __init__(self, control: Any, weights: Any, replay: Any = None, batch_size: int = 0):
+        self._control, self._weights, self._replay, self._batch_size = control, weights, replay, batch_size
+        n = control.num_collectors
+        self.gradient_steps = 0
+        self.collector_errors = 0
+        self.collector_restarts = 0
+        self.learner_seconds = dict.fromkeys(LEARNER_PHASES, 0.0)
+        self.env_steps_per_second = np.zeros(n)
+        self.replay_write_per_second = 0.0
+        self.replay_sample_per_second = 0.0
+        self.replay_ratio = 0.0
+        self._lock = threading.Lock()  # readers on other threads vs close()
+        self._closed = False
+        self._rate_t = time.monotonic()
+        self._rate_prev = self._counts()
+        self._lag_sum = self._lag_n = self._lag_max = 0
+        self._logged = self._logger_state()
+
+    # ------------------------------------------------------------------ updates (learner thread)
+    @contextmanager
+    def learner_phase(self, phase: str) -> Iterator[None]:
+        """Add the wall-clock time of the ``with`` block to ``learner_seconds[phase]``."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.learner_seconds[phase] += time.perf_counter() - t
+
+    def observe_policy_lag(self, lag: int) -> None:
+        """Count a policy-lag sample (versions) towards the logger's mean and max."""
+        self._lag_sum += lag
+        self._lag_n += 1
+        self._lag_max = max(self._lag_max, lag)
+
+    def tick(self) -> None:
+        """Recompute the per-second rates if :data:`RATE_WINDOW_S` has passed since the last time."""
+        now = time.monotonic()
+        dt = now - self._rate_t
+        if dt < RATE_WINDOW_S:
+            return
+        counts = self._counts()
+        transitions, committed, grad = counts
+        prev_transitions, prev_committed, prev_grad = self._rate_prev
+        self.env_steps_per_second = (transitions - prev_transitions) / dt
+        self.replay_write_per_second = (committed - prev_committed) / dt
+        self.replay_sample_per_second = (grad - prev_grad) * self._batch_size / dt
+        collected = transitions.sum() - prev_transitions.sum()
+        self.replay_ratio = (grad - prev_grad) / collected if collected > 0 else 0.0
+        self._rate_t, self._rate_prev = now, counts
+
+    def _counts(self) -> tuple[np.ndarray, int, int]:
+        return self._control.rows[:, TRANSITIONS].astype(np.float64), self._committed(), self.gradient_steps
+
+    def _committed(self) -> int:
+        if self._replay is None or self._replay.closed:
+            return 0
+        try:
+            return int(self._replay.committed)
+        except RuntimeError:  # ReplayClosedError: closed meanwhile
+            return 0
+
+    def close(self) -> None:
+        """Stop serving readers (before the shared memory goes away)."""
+        with self._lock:
+            self._closed = True
+
+    # ------------------------------------------------------------------ reading
+    def policy_lag(self) -> int:
+        """Published version minus the oldest version a ready collector acts with (0 if none is ready)."""
+        rows = self._control.rows
+        ready = rows[:, READY] == 1
+        if not ready.any():
+            return 0
+        return max(0, self._weights.version - int(rows[ready, VERSION].min()))
+
+    def samples(self) -> list[tuple[Metric, list[tuple[tuple[str, ...], Any]]]]:
+        """Every metric with its samples ``[(label values, value or LatencyHistogram), ...]``; empty once closed."""
+        with self._lock:
+            if self._closed:
+                return []
+            return self._samples()
+
+    def _samples(self) -> list[tuple[Metric, list[tuple[tuple[str, ...], Any]]]]:
+        rows, hist = self._control.rows, self._control.metrics
+        collectors = [str(c) for c in range(self._control.num_collectors)]
+        off_policy = self._replay is not None and not self._replay.closed
+        step = [StepLatency(hist[c, STEP_LATENCY].copy()) for c in range(len(collectors))]
+        values: dict[str, list[tuple[tuple[str, ...], Any]]] = {
+            "unilab_env_steps_total": [((c,), float(rows[int(c), TRANSITIONS])) for c in collectors],
+            "unilab_env_steps_per_second": [((c,), float(self.env_steps_per_second[int(c)])) for c in collectors],
+            "unilab_step_latency_microseconds": [((c, "physics"), step[int(c)].physics) for c in collectors]
+            + [((c, "task"), step[int(c)].task) for c in collectors],
+            "unilab_weight_sync_latency_microseconds": [
+                ((c,), LatencyHistogram(hist[int(c), WEIGHT_SYNC_LATENCY].copy())) for c in collectors
+            ],
+            "unilab_policy_version": [((), float(self._weights.version))],
+            "unilab_policy_lag_versions": [((), float(self.policy_lag()))],
+            "unilab_gradient_steps_total": [((), float(self.gradient_steps))],
+            "unilab_learner_seconds_total": [((phase,), seconds) for phase, seconds in self.learner_seconds.items()],
+            "unilab_collector_restarts_total": [((), float(self.collector_restarts))],
+            "unilab_collector_errors_total": [((), float(self.collector_errors))],
+            "unilab_episodes_total": [((c, "terminated"), float(rows[int(c), TERMINATED])) for c in collectors]
+            + [((c, "truncated"), float(rows[int(c), TRUNCATED])) for c in collectors],
+        }
+        if off_policy:
+            committed = self._committed()
+            values.update({
+                "unilab_replay_size_transitions": [((), float(min(committed, self._replay.capacity)))],
+                "unilab_replay_committed_transitions_total": [((), float(committed))],
+                "unilab_replay_write_transitions_per_second": [((), self.replay_write_per_second)],
+                "unilab_replay_sample_transitions_per_second": [((), self.replay_sample_per_second)],
+                "unilab_replay_ratio": [((), self.replay_ratio)],
+            })
+        return [(m, values[m.name]) for m in METRICS if m.name in values]
+
+    # ------------------------------------------------------------------ SB3 logger
+    def _logger_state(self) -> dict[str, Any]:
+        hist = self._control.metrics
+        return {
+            "t": time.monotonic(),
+            "hist": hist.copy(),
+            "learner": dict(self.learner_seconds),
+            "grad": self.gradient_steps,
+            "transitions": float(self._control.rows[:, TRANSITIONS].sum()),
+        }
+
+    def record(self, logger: Any) -> None:
+        """Write the ``unilab/*`` keys to an SB3 logger (means and rates over the time since the last call).
+
+        Keys (README lists them with units): ``env_steps``, ``env_steps_per_s``,
+        ``env_steps_per_s/c<i>``, ``step_physics_us``, ``step_task_us``, ``weight_sync_us``,
+        ``policy_version``, ``policy_lag_mean``, ``policy_lag_max``, ``grad_steps``,
+        ``grad_steps_per_s``, ``learner_<phase>_frac``, ``collector_restarts``,
+        ``collector_errors``, ``episodes_terminated``, ``episodes_truncated``; off-policy also
+        ``replay_size``, ``replay_committed``, ``replay_write_per_s``, ``replay_sample_per_s``,
+        ``replay_ratio``.
+        """
+        prev, now = self._logged, self._logger_state()
+        dt = max(now["t"] - prev["t"], 1e-9)
+        rows = self._control.rows
+        rec = logger.record
+        rec("unilab/env_steps", int(now["transitions"]))
+        rec("unilab/env_steps_per_s", (now["transitions"] - prev["transitions"]) / dt)
+        for c in range(self._control.num_collectors):
+            rec(f"unilab/env_steps_per_s/c{c}", float(self.env_steps_per_second[c]))
+        delta = now["hist"] - prev["hist"]
+        for key, part in (("step_physics_us", STEP_LATENCY), ("step_task_us", STEP_LATENCY), ("weight_sync_us", WEIGHT_SYNC_LATENCY)):
+            block = delta[:, part]
+            if key == "step_physics_us":
+                block = block[:, : LatencyHistogram.SIZE]
+            elif key == "step_task_us":
+                block = block[:, LatencyHistogram.SIZE :]
+            count = block[:, :-1].sum()
+            if count > 0:
+                rec(f"unilab/{key}", float(block[:, -1].sum() / count))
+        rec("unilab/policy_version", self._weights.version)
+        if self._lag_n == 0:
+            self.observe_policy_lag(self.policy_lag())
+        rec("unilab/policy_lag_mean", self._lag_sum / self._lag_n)
+        rec("unilab/policy_lag_max", self._lag_max)
+        self._lag_sum = self._lag_n = self._lag_max = 0
+        rec("unilab/grad_steps", self.gradient_steps)
+        rec("unilab/grad_steps_per_s", (self.gradient_steps - prev["grad"]) / dt)
+        for phase in LEARNER_PHASES:
+            rec(f"unilab/learner_{phase}_frac", (self.learner_seconds[phase] - prev["learner"][phase]) / dt)
+        rec("unilab/collector_restarts", self.collector_restarts)
+        rec("unilab/collector_errors", self.collector_errors)
+        rec("unilab/episodes_terminated", int(rows[:, TERMINATED].sum()))
+        rec("unilab/episodes_truncated", int(rows[:, TRUNCATED].sum()))
+        if self._replay is not None and not self._replay.closed:
+            committed = self._committed()
+            rec("unilab/replay_size", min(committed, self._replay.capacity))
+            rec("unilab/replay_committed", committed)
+            rec("unilab/replay_write_per_s", self.replay_write_per_second)
+            rec("unilab/replay_sample_per_s", self.replay_sample_per_second)
+            collected = now["transitions"] - prev["transitions"]
+            rec("unilab/replay_ratio", (self.gradient_steps - prev["grad"]) / collected if collected > 0 else 0.0)
+        self._logged = now
+
+
+class MetricsServer:
+    """Serve :class:`RunnerMetrics` to Prometheus over HTTP (``GET /metrics``), on a daemon thread.
+
+    Args:
+        metrics: what to serve (read at every scrape).
+        port: TCP port; 0 picks a free one (see :attr:`port`).
+        addr: address to bind, ``127.0.0.1`` (loopback only) by default.
+
+    Raises:
+        ImportError: ``prometheus-client`` is not installed (``pip install "unilab-gym[metrics]"``).
+        OSError: the port is already in use (``errno.EADDRINUSE``, naming address and port), or
+            cannot be bound.
+    """
+
+    def __init__(self, metrics: RunnerMetrics, port: int, addr: str = "127.0.0.1"):
+        try:
+            from prometheus_client import CollectorRegistry, start_http_server
+        except ImportError as exc:  # pragma: no cover - prometheus-client is in the test extra
+            raise ImportError('metrics_port needs prometheus-client: pip install "unilab-gym[metrics]"') from exc
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Exporter(metrics))
+        try:
+            self._server, self._thread = start_http_server(port, addr=addr, registry=registry)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise OSError(
+                    errno.EADDRINUSE,
+                    f"metrics_port {port} on {addr} is already in use (another runner or program serves it); "
+                    "pass another metrics_port, or 0 for a free one",
+                ) from exc
+            raise
+        #: the bound port (the free one picked when asked for 0).
+        self.port: int = self._server.server_port
+        self.addr = addr
+
+    @property
+    def url(self) -> str:
+        """``http://<addr>:<port>/metrics``."""
+        return f"http://{self.addr}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving and release the port. Idempotent."""
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5.0)
+        self._server = None
+
+
+class _Exporter:
+    """prometheus-client custom collector over :meth:`RunnerMetrics.samples`."""
+
+    def __init__(self, metrics: RunnerMetrics):
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        for metric, samples in self._metrics.samples():
+            if metric.kind == "histogram":
+                family = HistogramMetricFamily(metric.name, metric.help, labels=metric.labels)
+                for labels, hist in samples:
+                    family.add_metric(list(labels), hist.cumulative(), hist.sum)
+            else:
+                cls = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
+                family = cls(metric.name, metric.help, labels=metric.labels)
+                for labels, value in samples:
+                    family.add_metric(list(labels), value)
+            yield family
