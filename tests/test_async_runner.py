@@ -40,10 +40,13 @@ def fast():
 
 
 def runner_segments(runner):
-    """/dev/shm paths of the runner's own segments (weights, control and, on-policy, rollouts)."""
+    """/dev/shm paths of the runner's own segments (weights, control, on-policy the rollouts, and once
+    collectors started the policy module they load)."""
     names = [runner._weights.handle.name, runner._control.handle.name]
     if getattr(runner._loop, "storage", None) is not None:
         names.append(runner._loop.storage.handle.name)
+    if runner._policy_segment is not None:
+        names.append(runner._policy_segment.name)
     return [f"/dev/shm/{name}" for name in names]
 
 
@@ -607,7 +610,7 @@ def test_real_ctrl_c_in_the_learner_process_leaves_nothing_behind(tmp_path, fami
     try:
         pids = [int(p) for p in proc.stdout.readline().split()[1:]]
         segments = proc.stdout.readline().split()[1:]
-        assert len(pids) == 2 and len(segments) == 3 and all(os.path.exists(s) for s in segments)
+        assert len(pids) == 2 and len(segments) == 4 and all(os.path.exists(s) for s in segments)
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)

@@ -15,6 +15,7 @@ learner decides when to stop) and exits when the learner sets ``stop`` or disapp
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from unilab_gym.metrics import LatencyHistogram, StepLatency
+from unilab_gym.replay.segment import Segment
 from unilab_gym.runtime.control import READY, STEP_LATENCY, TERMINATED, TRUNCATED, VERSION, WEIGHT_SYNC_LATENCY, Control, ControlHandle
 from unilab_gym.runtime.weights import SharedWeights, WeightsHandle
 
@@ -50,16 +52,16 @@ class CollectorSpec:
 
     ``env_id`` / ``env_kwargs`` or ``env_fn`` (``env_fn(num_envs) -> gymnasium VectorEnv``) make its
     env, reset with ``env_seed`` (env ``i`` gets ``env_seed + i``); ``seed`` seeds torch and
-    numpy. ``policy_path`` is a file holding the module the collector runs (SB3 actor, or the
-    whole ``ActorCriticPolicy``), saved with ``torch.save``; its weights then follow the
-    learner's through shared memory.
+    numpy. ``policy`` is (segment name, size in bytes) of a shared-memory segment holding the
+    module the collector runs (SB3 actor, or the whole ``ActorCriticPolicy``), saved with
+    ``torch.save``; its weights then follow the learner's through :class:`SharedWeights`.
     """
 
     index: int
     num_envs: int
     env_seed: int
     seed: int
-    policy_path: str
+    policy: tuple[str, int]
     writer: Any
     env_id: str | None = None
     env_fn: Callable[[int], Any] | None = None
@@ -199,7 +201,12 @@ def _run(spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: Con
     torch.set_num_threads(1)
     torch.manual_seed(spec.seed)
     np.random.seed(spec.seed % 2**32)
-    policy = torch.load(spec.policy_path, weights_only=False)
+    name, size = spec.policy
+    segment = Segment.attach(name)
+    try:
+        policy = torch.load(io.BytesIO(bytes(segment.buf[:size])), weights_only=False)
+    finally:
+        segment.close()
     policy.eval()
     weights = SharedWeights.attach(weights_handle)
     opened.append(weights)

@@ -22,9 +22,9 @@ collector (collector side):
 
 from __future__ import annotations
 
+import io
 import multiprocessing as mp
 import os
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -37,6 +37,7 @@ from unilab_gym.runtime.collector import CollectorSpec, collector_main
 from unilab_gym.runtime.control import READY, STOP, VERSION, Control
 from unilab_gym.runtime.errors import CollectorError
 from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics
+from unilab_gym.replay.segment import Segment
 from unilab_gym.runtime.weights import SharedWeights
 
 #: Longest a learner waits for collectors to exit on close before terminating them, in s.
@@ -163,7 +164,7 @@ class AsyncRunner:
         self._weights: SharedWeights | None = None
         self._control: Control | None = None
         self._metrics_server: MetricsServer | None = None
-        self._policy_file: str | None = None
+        self._policy_segment: Segment | None = None
         try:
             self._weights = SharedWeights(size)
             self._control = Control(num_collectors)
@@ -239,9 +240,9 @@ class AsyncRunner:
         for conn in self._conns:
             conn.close()
         self._procs, self._conns = [], []
-        if self._policy_file is not None:
-            os.unlink(self._policy_file)
-            self._policy_file = None
+        if self._policy_segment is not None:
+            self._policy_segment.close()
+            self._policy_segment = None
         self._control.close()
         self._weights.close()
         self._loop.close()
@@ -258,11 +259,14 @@ class AsyncRunner:
 
         import torch
 
-        # the policy module goes through a file, not the spawn payload: a large payload blocks
-        # Process.start() until the child reads it, forever if the child fails while bootstrapping
-        with tempfile.NamedTemporaryFile(prefix="unilab-policy-", suffix=".pt", delete=False) as f:
-            self._policy_file = f.name
-            torch.save(copy.deepcopy(self._policy).to("cpu"), f)
+        # the policy module goes through shared memory, not the spawn payload: a large payload
+        # blocks Process.start() until the child reads it, forever if the child fails while bootstrapping
+        buffer = io.BytesIO()
+        torch.save(copy.deepcopy(self._policy).to("cpu"), buffer)
+        payload = buffer.getbuffer()
+        self._policy_segment = Segment.create(payload.nbytes)
+        self._policy_segment.buf[: payload.nbytes] = payload
+        self._policy_bytes = payload.nbytes
         for c in range(self.num_collectors):
             proc, conn = self._spawn(c)
             self._procs.append(proc)
@@ -276,7 +280,7 @@ class AsyncRunner:
             num_envs=self.envs_per_collector,
             env_seed=self.seed + (c + shift) * self.envs_per_collector,
             seed=self.seed + c + shift,
-            policy_path=self._policy_file,
+            policy=(self._policy_segment.name, self._policy_bytes),
             writer=self._loop.writer(c),
             env_id=self._env_id,
             env_fn=self._env_fn,
