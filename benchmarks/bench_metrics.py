@@ -9,10 +9,11 @@ Two comparisons (ratios: on / off; the target is a cost under 2 %):
   per env step, median over pairs of adjacent blocks; and the timing code alone (clock reads and
   histogram updates, timed in a loop) over the CPU time of one step: the exact cost, which the
   A/B comparison bounds within its noise.
-- ``runner``: ``AsyncRunner`` collectors (2 processes, 32 envs each, SAC acting at random before
-  ``learning_starts``) with everything on (env timing into shared memory, weight-sync latency,
-  the Prometheus endpoint scraped once per second) vs everything off (no timing, no endpoint);
-  env-steps/s of each run in a fresh process, interleaved, median of repeats.
+- ``runner``: SAC training under ``AsyncRunner`` (2 collectors x 32 envs, replay ratio 1/64 as in
+  ``compare_sb3.py``: collectors, weight sync and learner all busy) with everything on (env timing
+  into shared memory, weight-sync latency, learner timers, the Prometheus endpoint scraped once
+  per second) vs everything off (no env timing, no endpoint); env-steps/s of each run in a fresh
+  process, interleaved, median of repeats.
 
 Writes ``bench_metrics.json`` and ``bench_metrics.md`` to ``benchmarks/results``.
 """
@@ -93,7 +94,7 @@ def untimed_env(num_envs: int):
 
 
 def run_runner(num_envs: int, steps: int, metrics: bool) -> dict[str, float]:
-    """Env-steps/s of 2 AsyncRunner collectors, metrics (timing + endpoint scraped at 1 Hz) on or off."""
+    """Env-steps/s of SAC training with 2 AsyncRunner collectors, metrics (timing + endpoint scraped at 1 Hz) on or off."""
     import torch
     from stable_baselines3 import SAC
 
@@ -101,15 +102,14 @@ def run_runner(num_envs: int, steps: int, metrics: bool) -> dict[str, float]:
     from unilab_gym.integrations.sb3 import make_sb3_env
 
     torch.set_num_threads(1)
-    warmup = 5 * num_envs
+    warmup = 20 * num_envs  # spawn, imports and the random-action phase (learning_starts) are not timed
     total = steps * num_envs
-    capacity = 2 * (total + warmup)  # learning never starts: collectors act at random
-    model = SAC("MlpPolicy", make_sb3_env(ID, 1), replay_buffer_class=SharedReplayBuffer,
-                buffer_size=capacity, learning_starts=capacity)
+    model = SAC("MlpPolicy", make_sb3_env(ID, 1), replay_buffer_class=SharedReplayBuffer, batch_size=256,
+                buffer_size=total + warmup, learning_starts=10 * num_envs, seed=0)
     env = dict(env_id=ID) if metrics else dict(env_fn=untimed_env)
     stop = threading.Event()
     scrapes = []
-    with AsyncRunner(model, num_collectors=2, envs_per_collector=num_envs // 2, replay_ratio=0.0,
+    with AsyncRunner(model, num_collectors=2, envs_per_collector=num_envs // 2, replay_ratio=1.0 / num_envs, seed=0,
                      metrics_port=0 if metrics else None, **env) as runner:
         runner.learn(warmup)  # start-up (spawn, imports) is not timed
 
@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--out", default=RESULTS_DIR)
     args = parser.parse_args()
-    repeats, steps, blocks = (2, 100, 25) if args.quick else (5, 300, 100)
+    repeats, steps, blocks = (2, 200, 25) if args.quick else (5, 800, 100)
     n = args.num_envs
 
     env_runs = run_interleaved({"env": (run_env_blocks, dict(num_envs=n, blocks=blocks))}, repeats, desc="env blocks")["env"]
@@ -162,7 +162,7 @@ def main() -> None:
         f"| {100 * env_cost[0]:+.2f} % [{100 * env_cost[1]:+.2f}, {100 * env_cost[2]:+.2f}] |",
         f"| the timing code alone: {timing_us:.2f} µs per vector step, over the CPU time of a {n}-env step | | "
         f"| {100 * exact[0]:+.4f} % |",
-        f"| AsyncRunner, 2 collectors, env-steps/s (endpoint scraped at 1 Hz) | {on[0]:,.0f} [{on[1]:,.0f}, {on[2]:,.0f}] "
+        f"| SAC under AsyncRunner, 2 collectors, env-steps/s (endpoint scraped at 1 Hz) | {on[0]:,.0f} [{on[1]:,.0f}, {on[2]:,.0f}] "
         f"| {off[0]:,.0f} [{off[1]:,.0f}, {off[2]:,.0f}] | {100 * runner_cost:+.2f} % |",
     ]
     table = "\n".join(lines)

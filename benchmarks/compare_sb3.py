@@ -23,8 +23,9 @@ Sections (``--only``):
 
 Every configuration runs in a fresh process; configurations are interleaved (A B C A B C ...)
 and repeated (``--seeds``); the tables give medians, [min, max] and ratios against stock SB3.
-Training episodes are cut at 250 steps (5 s) so that short runs finish episodes; the final
-return is a deterministic evaluation of the trained policy on 16 envs.
+Training episodes are cut at 250 steps (5 s), or at a third of the env steps each env takes in a
+run if that is shorter (``--quick``: 80), so that every run finishes episodes and draws a curve;
+the final return is a deterministic evaluation of the trained policy on 16 envs.
 
 Writes ``compare_sb3.md`` (tables), ``compare_sb3.json`` (raw per-repeat numbers, machine,
 versions) and ``compare_sb3.png`` (throughput bars, return vs wall clock) to ``--out``
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import importlib.util
 import os
 import sys
@@ -49,6 +51,11 @@ from common import RESULTS_DIR, machine_info, run_interleaved, summarize, tree_r
 
 ID = "UniLab/Quadruped-v0"
 EPISODE_STEPS = 250
+
+
+def episode_steps(num_envs: int, total_steps: int) -> int:
+    """Episode length for a run: EPISODE_STEPS, or a third of each env's steps if shorter (at least 5)."""
+    return max(5, min(EPISODE_STEPS, total_steps // num_envs // 3))
 EVAL_ENVS = 16
 
 MODES = {
@@ -124,11 +131,11 @@ class _Curve:
         return Curve()
 
 
-def evaluate(model: Any, seed: int) -> float:
+def evaluate(model: Any, seed: int, max_episode_steps: int) -> float:
     """Mean return of one deterministic episode on each of EVAL_ENVS envs."""
     from unilab_gym import UniLabVectorEnv
 
-    env = UniLabVectorEnv(EVAL_ENVS, max_episode_steps=EPISODE_STEPS)
+    env = UniLabVectorEnv(EVAL_ENVS, max_episode_steps=max_episode_steps)
     obs, _ = env.reset(seed=10_000 + seed)
     returns = np.zeros(EVAL_ENVS)
     running = np.ones(EVAL_ENVS, bool)
@@ -149,7 +156,8 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
     from unilab_gym import AsyncRunner, SharedReplayBuffer
     from unilab_gym.integrations.sb3 import make_sb3_env
 
-    env = make_sb3_env(ID, num_envs, seed=seed, max_episode_steps=EPISODE_STEPS)
+    episode = episode_steps(num_envs, total_steps)
+    env = make_sb3_env(ID, num_envs, seed=seed, max_episode_steps=episode)
     kwargs = dict(batch_size=256, train_freq=1, gradient_steps=1, learning_starts=min(10 * num_envs, total_steps // 4),
                   buffer_size=max(total_steps, 1000), seed=seed, verbose=0)
     if kind != "stock":
@@ -160,14 +168,14 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
     t0 = time.perf_counter()
     if kind == "async":
         with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=max(1, num_envs // 2),
-                         env_kwargs=dict(max_episode_steps=EPISODE_STEPS), seed=seed, replay_ratio=1.0 / num_envs) as runner:
+                         env_kwargs=dict(max_episode_steps=episode), seed=seed, replay_ratio=1.0 / num_envs) as runner:
             runner.learn(total_steps, callback=curve)
     else:
         model.learn(total_steps, callback=curve)
     wall = time.perf_counter() - t0
     out = {
         "wall_s": wall, "env_steps_per_s": model.num_timesteps / wall, "grad_steps_per_s": model._n_updates / wall,
-        "grad_steps": model._n_updates, "env_steps": model.num_timesteps, "final_return": evaluate(model, seed),
+        "grad_steps": model._n_updates, "env_steps": model.num_timesteps, "final_return": evaluate(model, seed, episode),
         "curve": curve.points, "rss_mb": tree_rss_mb(),
     }
     if kind != "stock":
@@ -192,19 +200,21 @@ def run_ppo(kind: str, num_envs: int, total_steps: int, seed: int, n_steps: int 
 
     torch.set_num_threads(1)  # fastest for these small networks on 2 shared cores, for every config
     n_steps = n_steps or max(8, total_steps // (num_envs * 4))  # 4 rollouts per run
+    episode = episode_steps(num_envs, total_steps)
     if kind == "subproc":
         workers = workers or min(num_envs, 8, max(2, num_envs // 8))
-        env = VecMonitor(SubprocVecEnv([_make_single] * workers, start_method="forkserver"))
+        single = functools.partial(_make_single, max_episode_steps=episode)
+        env = VecMonitor(SubprocVecEnv([single] * workers, start_method="forkserver"))
         env.seed(seed)
         n_steps *= num_envs // workers  # the same rollout size with fewer envs
     else:  # async: the model's env only gives the spaces and n_envs (= 2 collectors x num_envs / 2)
-        env = make_sb3_env(ID, num_envs, seed=seed, max_episode_steps=EPISODE_STEPS)
+        env = make_sb3_env(ID, num_envs, seed=seed, max_episode_steps=episode)
     model = PPO("MlpPolicy", env, n_steps=n_steps, batch_size=256, n_epochs=5, seed=seed, verbose=0)
     curve, clock = _Curve.make(every=max(num_envs, total_steps // 40)), _rollout_clock()
     t0 = time.perf_counter()
     if kind == "async":
         with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=num_envs // 2,
-                         env_kwargs=dict(max_episode_steps=EPISODE_STEPS), seed=seed, max_policy_lag=lag) as runner:
+                         env_kwargs=dict(max_episode_steps=episode), seed=seed, max_policy_lag=lag) as runner:
             runner.learn(total_steps, callback=[curve, clock])
     else:
         model.learn(total_steps, callback=[curve, clock])
@@ -213,7 +223,7 @@ def run_ppo(kind: str, num_envs: int, total_steps: int, seed: int, n_steps: int 
     ends = clock.ends
     out = {
         "wall_s": wall, "env_steps_per_s": model.num_timesteps / wall, "grad_steps_per_s": grad / wall,
-        "grad_steps": grad, "env_steps": model.num_timesteps, "final_return": evaluate(model, seed),
+        "grad_steps": grad, "env_steps": model.num_timesteps, "final_return": evaluate(model, seed, episode),
         "curve": curve.points, "rss_mb": tree_rss_mb(),
         # from the end of the first rollout on: without start-up (spawning collectors, the first rollout)
         "steady_env_steps_per_s": (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0]) if len(ends) > 1 else float("nan"),
@@ -397,11 +407,11 @@ def _replay_args(capacity: int, mode: str) -> argparse.Namespace:
                               adds_per_round=20 if small else 200, samples_per_round=20 if small else 200, only=only)
 
 
-def _make_single():
-    """A single Quadruped-v0 env with EPISODE_STEPS-step episodes (a SubprocVecEnv worker's env)."""
+def _make_single(max_episode_steps: int = EPISODE_STEPS):
+    """A single Quadruped-v0 env (a SubprocVecEnv worker's env)."""
     from unilab_gym import QuadrupedEnv
 
-    return QuadrupedEnv(max_episode_steps=EPISODE_STEPS)
+    return QuadrupedEnv(max_episode_steps=max_episode_steps)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ rewards, terminations, infos, resets), in µs.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 
 import numpy as np
@@ -61,10 +62,10 @@ class LatencyHistogram:
         """Sum of the observations, in µs."""
         return float(self.data[-1])
 
-    def cumulative(self) -> list[tuple[str, float]]:
-        """Prometheus buckets: ``[(le, observations <= le), ..., ("+Inf", count)]``."""
+    def cumulative(self) -> list[tuple[float, float]]:
+        """Prometheus buckets: ``[(le, observations <= le), ..., (inf, count)]``, ``le`` in µs."""
         counts = np.cumsum(self.data[:-1])
-        return [(f"{b:g}", float(n)) for b, n in zip(LATENCY_BUCKETS_US, counts)] + [("+Inf", float(counts[-1]))]
+        return [(float(b), float(n)) for b, n in zip(LATENCY_BUCKETS_US, counts)] + [(math.inf, float(counts[-1]))]
 
 
 class StepLatency:

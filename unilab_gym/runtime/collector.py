@@ -105,7 +105,8 @@ class Collector:
 
     Metrics go to this collector's row of ``control.metrics``: the env's
     :class:`~unilab_gym.metrics.StepLatency` (if the env keeps one, as ``UniLabVectorEnv`` does)
-    is re-bound there, and :meth:`refresh` records the weight-sync latency (publish to loaded).
+    is re-bound there, and :meth:`refresh` records the weight-sync latency (from the publish, or
+    from this collector's start if later, to the version being loaded).
     """
 
     def __init__(self, spec: CollectorSpec, env: Any, policy: Any, weights: SharedWeights, control: Control, conn: Connection):
@@ -122,6 +123,7 @@ class Collector:
         base = env.unwrapped
         if getattr(base, "step_latency", None) is not None:
             base.step_latency = StepLatency(metrics[STEP_LATENCY])
+        self._ready_ns = time.monotonic_ns()
         self.row[READY] = 1
 
     @property
@@ -134,7 +136,9 @@ class Collector:
         if self._weights.version > self.version:
             self.version = self._weights.read(self._flat)
             _load(self._params, self._flat)
-            self._weight_sync.observe((time.monotonic_ns() - self._weights.read_published_ns) / 1e3)
+            # a version published before this collector existed waited for its start-up, not for a sync
+            since = max(self._weights.read_published_ns, self._ready_ns)
+            self._weight_sync.observe((time.monotonic_ns() - since) / 1e3)
             self.row[VERSION] = self.version
         return self.version
 
@@ -161,10 +165,10 @@ class Collector:
             self._ep_length[counted] += 1
         idx = np.flatnonzero(done)
         if idx.size:
-            self.conn.send(("episodes", self._ep_return[idx].tolist(), self._ep_length[idx].tolist()))
             ended_terminated = int(np.count_nonzero(terminated[idx]))
-            self.row[TERMINATED] += ended_terminated
+            self.row[TERMINATED] += ended_terminated  # before the message: a log it triggers counts these
             self.row[TRUNCATED] += idx.size - ended_terminated
+            self.conn.send(("episodes", self._ep_return[idx].tolist(), self._ep_length[idx].tolist()))
             self._ep_return[idx] = 0.0
             self._ep_length[idx] = 0
         return idx

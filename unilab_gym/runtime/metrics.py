@@ -60,7 +60,8 @@ METRICS: tuple[Metric, ...] = (
            "From the learner publishing a weight version to a collector acting with it, in microseconds.", ("collector",)),
     Metric("unilab_policy_version", "gauge", "Newest weight version published by the learner."),
     Metric("unilab_policy_lag_versions", "gauge",
-           "Published weight version minus the oldest version a running collector acts with, in versions."),
+           "Policy lag of the data the learner last took in, in versions: off-policy, published version minus the "
+           "oldest version a running collector acts with; on-policy, learner version minus the last rollout's behaviour version."),
     Metric("unilab_replay_size_transitions", "gauge", "Transitions held in the shared replay buffer.", off_policy_only=True),
     Metric("unilab_replay_committed_transitions_total", "counter", "Transitions ever committed to the shared replay buffer.",
            off_policy_only=True),
@@ -111,6 +112,7 @@ class RunnerMetrics:
         self._rate_t = time.monotonic()
         self._rate_prev = self._counts()
         self._lag_sum = self._lag_n = self._lag_max = 0
+        self.last_policy_lag = 0
         self._logged = self._logger_state()
 
     # ------------------------------------------------------------------ updates (learner thread)
@@ -124,7 +126,8 @@ class RunnerMetrics:
             self.learner_seconds[phase] += time.perf_counter() - t
 
     def observe_policy_lag(self, lag: int) -> None:
-        """Count a policy-lag sample (versions) towards the logger's mean and max."""
+        """Count a policy-lag sample (versions) towards the logger's mean and max; the gauge shows the last one."""
+        self.last_policy_lag = lag
         self._lag_sum += lag
         self._lag_n += 1
         self._lag_max = max(self._lag_max, lag)
@@ -155,6 +158,11 @@ class RunnerMetrics:
             return int(self._replay.committed)
         except RuntimeError:  # ReplayClosedError: closed meanwhile
             return 0
+
+    def begin(self) -> None:
+        """Start the rate window and the logger's interval now (``learn()`` calls it: idle time between calls is not averaged in)."""
+        self._rate_t, self._rate_prev = time.monotonic(), self._counts()
+        self._logged = self._logger_state()
 
     def close(self) -> None:
         """Stop serving readers (before the shared memory goes away)."""
@@ -191,7 +199,7 @@ class RunnerMetrics:
                 ((c,), LatencyHistogram(hist[int(c), WEIGHT_SYNC_LATENCY].copy())) for c in collectors
             ],
             "unilab_policy_version": [((), float(self._weights.version))],
-            "unilab_policy_lag_versions": [((), float(self.policy_lag()))],
+            "unilab_policy_lag_versions": [((), float(self.last_policy_lag))],
             "unilab_gradient_steps_total": [((), float(self.gradient_steps))],
             "unilab_learner_seconds_total": [((phase,), seconds) for phase, seconds in self.learner_seconds.items()],
             "unilab_collector_restarts_total": [((), float(self.collector_restarts))],
@@ -218,7 +226,9 @@ class RunnerMetrics:
             "hist": hist.copy(),
             "learner": dict(self.learner_seconds),
             "grad": self.gradient_steps,
+            "per_collector": self._control.rows[:, TRANSITIONS].astype(np.float64),
             "transitions": float(self._control.rows[:, TRANSITIONS].sum()),
+            "committed": self._committed(),
         }
 
     def record(self, logger: Any) -> None:
@@ -238,8 +248,8 @@ class RunnerMetrics:
         rec = logger.record
         rec("unilab/env_steps", int(now["transitions"]))
         rec("unilab/env_steps_per_s", (now["transitions"] - prev["transitions"]) / dt)
-        for c in range(self._control.num_collectors):
-            rec(f"unilab/env_steps_per_s/c{c}", float(self.env_steps_per_second[c]))
+        for c, rate in enumerate((now["per_collector"] - prev["per_collector"]) / dt):
+            rec(f"unilab/env_steps_per_s/c{c}", float(rate))
         delta = now["hist"] - prev["hist"]
         for key, part in (("step_physics_us", STEP_LATENCY), ("step_task_us", STEP_LATENCY), ("weight_sync_us", WEIGHT_SYNC_LATENCY)):
             block = delta[:, part]
@@ -268,8 +278,8 @@ class RunnerMetrics:
             committed = self._committed()
             rec("unilab/replay_size", min(committed, self._replay.capacity))
             rec("unilab/replay_committed", committed)
-            rec("unilab/replay_write_per_s", self.replay_write_per_second)
-            rec("unilab/replay_sample_per_s", self.replay_sample_per_second)
+            rec("unilab/replay_write_per_s", (now["committed"] - prev["committed"]) / dt)
+            rec("unilab/replay_sample_per_s", (self.gradient_steps - prev["grad"]) * self._batch_size / dt)
             collected = now["transitions"] - prev["transitions"]
             rec("unilab/replay_ratio", (self.gradient_steps - prev["grad"]) / collected if collected > 0 else 0.0)
         self._logged = now
@@ -312,8 +322,9 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        """``http://<addr>:<port>/metrics``."""
-        return f"http://{self.addr}:{self.port}/metrics"
+        """``http://<addr>:<port>/metrics`` (an IPv6 address in brackets)."""
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"http://{host}:{self.port}/metrics"
 
     def close(self) -> None:
         """Stop serving and release the port. Idempotent."""
@@ -333,12 +344,14 @@ class _Exporter:
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
 
         for metric, samples in self._metrics.samples():
             if metric.kind == "histogram":
                 family = HistogramMetricFamily(metric.name, metric.help, labels=metric.labels)
                 for labels, hist in samples:
-                    family.add_metric(list(labels), hist.cumulative(), hist.sum)
+                    buckets = [(floatToGoString(le), count) for le, count in hist.cumulative()]
+                    family.add_metric(list(labels), buckets, hist.sum)
             else:
                 cls = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
                 family = cls(metric.name, metric.help, labels=metric.labels)

@@ -98,6 +98,7 @@ class RolloutWriter:
             row[STEP_CALLS] = k * n_steps
             while c.running:
                 if k >= control.globals[GRANTED]:
+                    c.refresh()  # load new weights while waiting: the rollout starts with them at once
                     c.idle()
                     continue
                 slot = k % SLOTS

@@ -83,7 +83,7 @@ class AsyncRunner:
     Raises:
         ValueError: an unsupported model or model setting (named in the message), both or
             neither of ``env_id`` / ``env_fn``, bad counts, a bad ``max_policy_lag``,
-            ``replay_ratio``, ``max_collector_restarts`` or ``metrics_port``, or a model whose
+            ``replay_ratio``, ``max_collector_restarts``, ``metrics_port`` or ``metrics_addr``, or a model whose
             env is wrapped in ``VecNormalize`` (collectors would not normalize).
         OSError: ``metrics_port`` is already in use (``errno.EADDRINUSE``); nothing is left running.
 
@@ -125,6 +125,8 @@ class AsyncRunner:
             isinstance(metrics_port, bool) or not isinstance(metrics_port, int) or not 0 <= metrics_port <= 65535
         ):
             raise ValueError(f"metrics_port must be None or an int in [0, 65535], got {metrics_port!r}")
+        if not isinstance(metrics_addr, str) or not metrics_addr:
+            raise ValueError(f"metrics_addr must be a host name or IP address, got {metrics_addr!r}")
         if isinstance(model, OnPolicyAlgorithm):
             family = OnPolicyLoop
         elif isinstance(model, OffPolicyAlgorithm):
@@ -355,24 +357,26 @@ class AsyncRunner:
                     self._on_episodes(*payload)
             if fault is None and (proc.sentinel in ready or not proc.is_alive()):
                 proc.join(0.1)
-                starting = not self._control.rows[c, READY]
-                fault = CollectorError(
-                    f"collector {c} (pid {proc.pid}) "
-                    + ("exited while starting" if starting else "died unexpectedly")
-                    + f" with exit code {proc.exitcode}"
-                    + (" (killed by signal %d)" % -proc.exitcode if proc.exitcode is not None and proc.exitcode < 0 else "")
-                    + (
-                        "; its error is on stderr above. A script that creates an AsyncRunner must do it under "
-                        "`if __name__ == \"__main__\":` (collectors are spawned processes that import the script)"
-                        if starting else ""
-                    ),
-                    collector=c, pid=proc.pid, exitcode=proc.exitcode, traceback=None,
-                )
+                fault = self._death(c, proc)
             if fault is not None:
                 self.metrics.collector_errors += 1
                 if self.metrics.collector_restarts >= self.max_collector_restarts:
                     raise fault
                 self._restart(c, fault)
+
+    def _death(self, c: int, proc: Any) -> CollectorError:
+        """The error for collector ``c``, which exited without reporting an exception."""
+        code = proc.exitcode
+        signalled = code is not None and code < 0
+        message = f"collector {c} (pid {proc.pid}) " + ("died unexpectedly" if self._control.rows[c, READY] else "exited while starting")
+        message += f" with exit code {code}" + (f" (killed by signal {-code})" if signalled else "")
+        if not self._control.rows[c, READY] and not signalled:
+            message += (
+                ", before it could report an error (its traceback is on stderr above). Usual causes: the script creates "
+                "the AsyncRunner outside `if __name__ == \"__main__\":`, or env_fn is not importable by the spawned "
+                "process (define it at module level); collectors are spawned processes that import the script"
+            )
+        return CollectorError(message, collector=c, pid=proc.pid, exitcode=code, traceback=None)
 
     def _restart(self, c: int, fault: CollectorError) -> None:
         """Replace collector ``c`` after ``fault``: stop what is left of it, start a new one in its row."""
@@ -385,9 +389,10 @@ class AsyncRunner:
         self.metrics.collector_restarts += 1
         self._restarts[c] += 1
         head = str(fault).split("\n\n--- collector")[0]
-        last = (fault.traceback or "").strip().splitlines()[-1:] or [""]
+        if fault.traceback:
+            head += ": " + fault.traceback.strip().splitlines()[-1]
         warnings.warn(
-            f"{head}: {last[0]}; restarting it ({self.metrics.collector_restarts} of max_collector_restarts="
+            f"{head}; restarting it ({self.metrics.collector_restarts} of max_collector_restarts="
             f"{self.max_collector_restarts})",
             RuntimeWarning,
             stacklevel=2,
@@ -435,6 +440,7 @@ class AsyncRunner:
             total, callback = model._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
             callback.on_training_start(locals(), globals())
             self._t0 = time.monotonic()
+            self.metrics.begin()
             self._loop.run(self, total, callback, log_interval)
             callback.on_training_end()
         except BaseException:
