@@ -18,6 +18,7 @@ Importing this module imports SB3 (and torch).
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -25,13 +26,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
 from unilab_gym.vector_env import UniLabVectorEnv
 
-__all__ = ["SB3VecEnv", "make_sb3_env"]
+__all__ = ["SB3VecEnv", "make_sb3_env", "EnvMetricsCallback"]
 
 
 class SB3VecEnv(VecEnv):
@@ -252,3 +254,66 @@ def make_sb3_env(
         env.action_space.seed(seed)
     env.seed(seed)
     return VecMonitor(env) if monitor else env
+
+
+class EnvMetricsCallback(BaseCallback):
+    """Write the env-side pipeline metrics to SB3's logger when training without ``AsyncRunner``.
+
+    For a model whose env is :func:`make_sb3_env` (any SB3 algorithm, ``model.learn(...,
+    callback=EnvMetricsCallback())``), at the end of every rollout it records, over the time
+    since the previous record:
+
+    - ``unilab/env_steps_per_s``: env steps (transitions) per second, collection and training;
+    - ``unilab/step_physics_us``, ``unilab/step_task_us``: mean wall-clock µs of one vector-env
+      ``step()`` in physics (every cluster's slice, reading the states back) and task math (the
+      rest), from the env's ``step_latency`` (:class:`~unilab_gym.metrics.StepLatency`);
+    - ``unilab/episodes_terminated``, ``unilab/episodes_truncated``: episodes finished so far.
+
+    The keys are those ``AsyncRunner`` logs (README, "Pipeline metrics").
+
+    Raises:
+        ValueError: at training start, if the model's env is not a UniLab env with step timing
+            (``step_latency`` missing or ``None``).
+    """
+
+    def _init_callback(self) -> None:
+        try:
+            latency = self.training_env.get_attr("step_latency")[0]
+        except AttributeError:
+            latency = None
+        if latency is None:
+            raise ValueError(
+                "EnvMetricsCallback needs a UniLab env with step timing (make_sb3_env(...), env.step_latency not None); "
+                f"the model's env is a {type(self.training_env.unwrapped).__name__}"
+            )
+        self._latency = latency
+        self._terminated = self._truncated = 0
+        self._mark()
+
+    def _mark(self) -> None:
+        self._t, self._steps, self._data = time.monotonic(), self.num_timesteps, self._latency.data.copy()
+
+    def _on_step(self) -> bool:
+        dones = self.locals["dones"]
+        for i in np.flatnonzero(dones):
+            if self.locals["infos"][i].get("TimeLimit.truncated", False):
+                self._truncated += 1
+            else:
+                self._terminated += 1
+        return True
+
+    def _on_rollout_end(self) -> None:
+        from unilab_gym.metrics import LatencyHistogram
+
+        dt = max(time.monotonic() - self._t, 1e-9)
+        delta = self._latency.data - self._data
+        size = LatencyHistogram.SIZE
+        rec = self.logger.record
+        rec("unilab/env_steps_per_s", (self.num_timesteps - self._steps) / dt)
+        for key, part in (("step_physics_us", delta[:size]), ("step_task_us", delta[size:])):
+            count = part[:-1].sum()
+            if count > 0:
+                rec(f"unilab/{key}", float(part[-1] / count))
+        rec("unilab/episodes_terminated", self._terminated)
+        rec("unilab/episodes_truncated", self._truncated)
+        self._mark()

@@ -304,3 +304,29 @@ def test_a_script_without_main_guard_fails_fast_with_the_fix(tmp_path):
     assert out.returncode != 0
     assert "CollectorError" in out.stderr and "exited while starting" in out.stderr
     assert 'if __name__ == "__main__":' in out.stderr
+
+
+# --------------------------------------------------------------------------- without AsyncRunner
+def test_env_metrics_callback_logs_the_env_side_figures_with_plain_sb3(tmp_path):
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from unilab_gym.integrations.sb3 import EnvMetricsCallback, make_sb3_env
+
+    env = make_sb3_env(ID, 4, seed=0, max_episode_steps=10)
+    model = PPO("MlpPolicy", env, n_steps=16, batch_size=32, n_epochs=1, seed=0, policy_kwargs=dict(net_arch=[16]))
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(3 * 16 * 4, callback=EnvMetricsCallback())
+    rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
+    assert len(rows) == 3
+    for key in ("unilab/env_steps_per_s", "unilab/step_physics_us", "unilab/step_task_us"):
+        assert all(float(r[key]) > 0 for r in rows), key
+    # 10-step episodes: every env truncates, or falls first (terminated), 4 envs x 48 steps in all
+    ended = [float(r["unilab/episodes_terminated"]) + float(r["unilab/episodes_truncated"]) for r in rows]
+    assert ended == sorted(ended) and ended[-1] >= 4 * (48 // 10)
+    assert float(rows[-1]["unilab/episodes_truncated"]) > 0
+    env.close()
+
+    other = PPO("MlpPolicy", DummyVecEnv([lambda: __import__("gymnasium").make("Pendulum-v1")]), n_steps=16, batch_size=16)
+    with pytest.raises(ValueError, match="EnvMetricsCallback needs a UniLab env"):
+        other.learn(16, callback=EnvMetricsCallback())
