@@ -303,17 +303,16 @@ class EnvMetricsCallback(BaseCallback):
         return True
 
     def _on_rollout_end(self) -> None:
-        from unilab_gym.metrics import LatencyHistogram
+        from unilab_gym.metrics import StepLatency, mean_latency_us
 
         dt = max(time.monotonic() - self._t, 1e-9)
         delta = self._latency.data - self._data
-        size = LatencyHistogram.SIZE
         rec = self.logger.record
         rec("unilab/env_steps_per_s", (self.num_timesteps - self._steps) / dt)
-        for key, part in (("step_physics_us", delta[:size]), ("step_task_us", delta[size:])):
-            count = part[:-1].sum()
-            if count > 0:
-                rec(f"unilab/{key}", float(part[-1] / count))
+        for key, part in (("step_physics_us", StepLatency.PHYSICS), ("step_task_us", StepLatency.TASK)):
+            mean = mean_latency_us(delta[part])
+            if mean is not None:
+                rec(f"unilab/{key}", mean)
         rec("unilab/episodes_terminated", self._terminated)
         rec("unilab/episodes_truncated", self._truncated)
         self._mark()

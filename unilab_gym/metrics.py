@@ -68,6 +68,13 @@ class LatencyHistogram:
         return [(float(b), float(n)) for b, n in zip(LATENCY_BUCKETS_US, counts)] + [(math.inf, float(counts[-1]))]
 
 
+def mean_latency_us(data: np.ndarray) -> float | None:
+    """Mean latency in µs of histogram states ``data`` (shape ``(..., LatencyHistogram.SIZE)``, all
+    summed, e.g. the difference of two snapshots: the mean over that interval); ``None`` if empty."""
+    count = data[..., :-1].sum()
+    return float(data[..., -1].sum() / count) if count > 0 else None
+
+
 class StepLatency:
     """Per-``step()`` latency of a vector env, physics vs task math, in µs.
 
@@ -77,6 +84,9 @@ class StepLatency:
     """
 
     SIZE = 2 * LatencyHistogram.SIZE
+    #: where each histogram lies in :attr:`data`.
+    PHYSICS = slice(0, LatencyHistogram.SIZE)
+    TASK = slice(LatencyHistogram.SIZE, SIZE)
 
     def __init__(self, out: np.ndarray | None = None):
         if out is None:
@@ -84,5 +94,5 @@ class StepLatency:
         elif out.dtype != np.float64 or out.shape != (self.SIZE,):
             raise ValueError(f"out must be a float64 array of shape ({self.SIZE},), got {out.dtype} {out.shape}")
         self.data = out
-        self.physics = LatencyHistogram(out[: LatencyHistogram.SIZE])
-        self.task = LatencyHistogram(out[LatencyHistogram.SIZE :])
+        self.physics = LatencyHistogram(out[self.PHYSICS])
+        self.task = LatencyHistogram(out[self.TASK])

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from unilab_gym.metrics import LatencyHistogram, StepLatency
+from unilab_gym.metrics import LatencyHistogram, StepLatency, mean_latency_us
 from unilab_gym.runtime.control import READY, STEP_LATENCY, TERMINATED, TRANSITIONS, TRUNCATED, VERSION, WEIGHT_SYNC_LATENCY
 
 #: Shortest window over which the per-second rates are computed, in s.
@@ -251,15 +251,12 @@ class RunnerMetrics:
         for c, rate in enumerate((now["per_collector"] - prev["per_collector"]) / dt):
             rec(f"unilab/env_steps_per_s/c{c}", float(rate))
         delta = now["hist"] - prev["hist"]
-        for key, part in (("step_physics_us", STEP_LATENCY), ("step_task_us", STEP_LATENCY), ("weight_sync_us", WEIGHT_SYNC_LATENCY)):
-            block = delta[:, part]
-            if key == "step_physics_us":
-                block = block[:, : LatencyHistogram.SIZE]
-            elif key == "step_task_us":
-                block = block[:, LatencyHistogram.SIZE :]
-            count = block[:, :-1].sum()
-            if count > 0:
-                rec(f"unilab/{key}", float(block[:, -1].sum() / count))
+        step = delta[:, STEP_LATENCY]
+        for key, block in (("step_physics_us", step[:, StepLatency.PHYSICS]), ("step_task_us", step[:, StepLatency.TASK]),
+                           ("weight_sync_us", delta[:, WEIGHT_SYNC_LATENCY])):
+            mean = mean_latency_us(block)
+            if mean is not None:
+                rec(f"unilab/{key}", mean)
         rec("unilab/policy_version", self._weights.version)
         if self._lag_n == 0:
             self.observe_policy_lag(self.policy_lag())
