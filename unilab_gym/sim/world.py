@@ -33,12 +33,42 @@ offset mass are not modelled.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, fields
 
 import numpy as np
-import pybullet as p
 
-from unilab_gym.sim import a1
+
+def _import_pybullet():
+    """Import pybullet without the "pybullet build time: ..." line its C init prints to stderr.
+
+    That line comes once per process; with collector and worker processes it floods the user's
+    output and progress bars. Only file descriptor 2, only during the import, is sent to
+    /dev/null; an import error is still raised (its traceback is printed later, as usual).
+    """
+    if "pybullet" in sys.modules:
+        return sys.modules["pybullet"]
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (AttributeError, OSError, ValueError):  # no real stderr (e.g. some notebooks): import as is
+        import pybullet
+
+        return pybullet
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            import pybullet
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    return pybullet
+
+
+p = _import_pybullet()
+
+from unilab_gym.sim import a1  # noqa: E402
 
 _ROBOT_GROUP = 2  # collision group of every robot link
 _GROUND_GROUP = 1  # collision group of the plane
