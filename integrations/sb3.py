@@ -269,7 +269,11 @@ class EnvMetricsCallback(BaseCallback):
       rest), from the env's ``step_latency`` (:class:`~unilab_gym.metrics.StepLatency`);
     - ``unilab/episodes_terminated``, ``unilab/episodes_truncated``: episodes finished so far.
 
-    The keys are those ``AsyncRunner`` logs (README, "Pipeline metrics").
+    The keys are those ``AsyncRunner`` logs (README, "Pipeline metrics"). The episode counts are
+    also recorded at the step an episode ends. Off-policy SB3 algorithms log when episodes end,
+    in the middle of a rollout: their rows carry the rates and latencies of the previous rollout
+    (for ``train_freq=1``, the previous env step), and when several episodes end in one step
+    SB3 writes several rows, of which only the first holds the ``unilab/*`` keys.
 
     Raises:
         ValueError: at training start, if the model's env is not a UniLab env with step timing
@@ -300,6 +304,9 @@ class EnvMetricsCallback(BaseCallback):
                 self._truncated += 1
             else:
                 self._terminated += 1
+        if dones.any():  # now: off-policy SB3 logs at episode ends, before this rollout ends
+            self.logger.record("unilab/episodes_terminated", self._terminated)
+            self.logger.record("unilab/episodes_truncated", self._truncated)
         return True
 
     def _on_rollout_end(self) -> None:

@@ -27,7 +27,7 @@ from unilab_gym.metrics import LATENCY_BUCKETS_US, LatencyHistogram, StepLatency
 from unilab_gym.runtime.metrics import LEARNER_PHASES, METRICS  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_async_runner import ID, SMALL_ENV, assert_no_children, make_model, make_sac, release, runner_segments  # noqa: E402
+from test_async_runner import ID, SMALL_ENV, assert_no_children, fast, make_model, make_sac, release, runner_segments  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -330,3 +330,40 @@ def test_env_metrics_callback_logs_the_env_side_figures_with_plain_sb3(tmp_path)
     other = PPO("MlpPolicy", DummyVecEnv([lambda: __import__("gymnasium").make("Pendulum-v1")]), n_steps=16, batch_size=16)
     with pytest.raises(ValueError, match="EnvMetricsCallback needs a UniLab env"):
         other.learn(16, callback=EnvMetricsCallback())
+
+
+def test_env_metrics_callback_counts_are_current_when_off_policy_sb3_logs(tmp_path):
+    from stable_baselines3 import SAC
+
+    from unilab_gym.integrations.sb3 import EnvMetricsCallback, make_sb3_env
+
+    env = make_sb3_env(ID, 4, seed=0, max_episode_steps=10)
+    model = SAC("MlpPolicy", env, learning_starts=1000, seed=0, **{**fast(), "buffer_size": 1000})
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(200, callback=EnvMetricsCallback(), log_interval=1)
+    rows = [r for r in csv.DictReader(open(tmp_path / "progress.csv")) if r.get("unilab/episodes_truncated")]
+    assert rows
+    for r in rows:  # SB3 dumps at each episode end; ours counts every episode of that step
+        ours = float(r["unilab/episodes_terminated"]) + float(r["unilab/episodes_truncated"])
+        assert float(r["time/episodes"]) <= ours <= float(r["time/episodes"]) + 3
+    env.close()
+
+
+def test_collectors_that_have_not_loaded_weights_do_not_count_in_the_lag():
+    from unilab_gym.runtime.control import VERSION, Control
+    from unilab_gym.runtime.metrics import RunnerMetrics
+    from unilab_gym.runtime.weights import SharedWeights
+
+    control, weights = Control(3), SharedWeights(4)
+    try:
+        metrics = RunnerMetrics(control, weights)
+        assert metrics.policy_lag() == 0  # nothing published, nobody acting
+        for _ in range(7):
+            weights.publish(np.zeros(4, np.float32))
+        control.rows[:, VERSION] = [0, 5, 6]  # collector 0 is starting (or restarted)
+        assert metrics.policy_lag() == 2
+        control.rows[:, VERSION] = 0
+        assert metrics.policy_lag() == 0
+    finally:
+        control.close()
+        weights.close()

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from unilab_gym.metrics import LatencyHistogram, StepLatency, mean_latency_us
-from unilab_gym.runtime.control import READY, STEP_LATENCY, TERMINATED, TRANSITIONS, TRUNCATED, VERSION, WEIGHT_SYNC_LATENCY
+from unilab_gym.runtime.control import STEP_LATENCY, TERMINATED, TRANSITIONS, TRUNCATED, VERSION, WEIGHT_SYNC_LATENCY
 
 #: Shortest window over which the per-second rates are computed, in s.
 RATE_WINDOW_S = 1.0
@@ -171,12 +171,14 @@ class RunnerMetrics:
 
     # ------------------------------------------------------------------ reading
     def policy_lag(self) -> int:
-        """Published version minus the oldest version a ready collector acts with (0 if none is ready)."""
-        rows = self._control.rows
-        ready = rows[:, READY] == 1
-        if not ready.any():
-            return 0
-        return max(0, self._weights.version - int(rows[ready, VERSION].min()))
+        """Published version minus the oldest version a collector acts with (0 if none acts yet).
+
+        Collectors that have not loaded weights yet (starting, restarted: version 0) do not act, so
+        they do not count; they load the newest version before their first step.
+        """
+        versions = self._control.rows[:, VERSION]
+        acting = versions[versions > 0]
+        return max(0, self._weights.version - int(acting.min())) if acting.size else 0
 
     def samples(self) -> list[tuple[Metric, list[tuple[tuple[str, ...], Any]]]]:
         """Every metric with its samples ``[(label values, value or LatencyHistogram), ...]``; empty once closed."""
