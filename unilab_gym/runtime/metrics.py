@@ -151,8 +151,11 @@ class RunnerMetrics:
     def _counts(self) -> tuple[np.ndarray, int, int]:
         return self._control.rows[:, TRANSITIONS].astype(np.float64), self._committed(), self.gradient_steps
 
+    def _replay_open(self) -> bool:
+        return self._replay is not None and not self._replay.closed
+
     def _committed(self) -> int:
-        if self._replay is None or self._replay.closed:
+        if not self._replay_open():
             return 0
         try:
             return int(self._replay.committed)
@@ -189,16 +192,15 @@ class RunnerMetrics:
 
     def _samples(self) -> list[tuple[Metric, list[tuple[tuple[str, ...], Any]]]]:
         rows, hist = self._control.rows, self._control.metrics
-        collectors = [str(c) for c in range(self._control.num_collectors)]
-        off_policy = self._replay is not None and not self._replay.closed
-        step = [StepLatency(hist[c, STEP_LATENCY].copy()) for c in range(len(collectors))]
+        collectors = range(self._control.num_collectors)
+        step = [StepLatency(hist[c, STEP_LATENCY].copy()) for c in collectors]
         values: dict[str, list[tuple[tuple[str, ...], Any]]] = {
-            "unilab_env_steps_total": [((c,), float(rows[int(c), TRANSITIONS])) for c in collectors],
-            "unilab_env_steps_per_second": [((c,), float(self.env_steps_per_second[int(c)])) for c in collectors],
-            "unilab_step_latency_microseconds": [((c, "physics"), step[int(c)].physics) for c in collectors]
-            + [((c, "task"), step[int(c)].task) for c in collectors],
+            "unilab_env_steps_total": [((str(c),), float(rows[c, TRANSITIONS])) for c in collectors],
+            "unilab_env_steps_per_second": [((str(c),), float(self.env_steps_per_second[c])) for c in collectors],
+            "unilab_step_latency_microseconds": [((str(c), "physics"), step[c].physics) for c in collectors]
+            + [((str(c), "task"), step[c].task) for c in collectors],
             "unilab_weight_sync_latency_microseconds": [
-                ((c,), LatencyHistogram(hist[int(c), WEIGHT_SYNC_LATENCY].copy())) for c in collectors
+                ((str(c),), LatencyHistogram(hist[c, WEIGHT_SYNC_LATENCY].copy())) for c in collectors
             ],
             "unilab_policy_version": [((), float(self._weights.version))],
             "unilab_policy_lag_versions": [((), float(self.last_policy_lag))],
@@ -206,19 +208,23 @@ class RunnerMetrics:
             "unilab_learner_seconds_total": [((phase,), seconds) for phase, seconds in self.learner_seconds.items()],
             "unilab_collector_restarts_total": [((), float(self.collector_restarts))],
             "unilab_collector_errors_total": [((), float(self.collector_errors))],
-            "unilab_episodes_total": [((c, "terminated"), float(rows[int(c), TERMINATED])) for c in collectors]
-            + [((c, "truncated"), float(rows[int(c), TRUNCATED])) for c in collectors],
+            "unilab_episodes_total": [((str(c), "terminated"), float(rows[c, TERMINATED])) for c in collectors]
+            + [((str(c), "truncated"), float(rows[c, TRUNCATED])) for c in collectors],
         }
-        if off_policy:
+        if self._replay_open():
             committed = self._committed()
             values.update({
-                "unilab_replay_size_transitions": [((), float(min(committed, self._replay.capacity)))],
+                "unilab_replay_size_transitions": [((), float(self._replay_size(committed)))],
                 "unilab_replay_committed_transitions_total": [((), float(committed))],
                 "unilab_replay_write_transitions_per_second": [((), self.replay_write_per_second)],
                 "unilab_replay_sample_transitions_per_second": [((), self.replay_sample_per_second)],
                 "unilab_replay_ratio": [((), self.replay_ratio)],
             })
         return [(m, values[m.name]) for m in METRICS if m.name in values]
+
+    def _replay_size(self, committed: int) -> int:
+        """Transitions the ring holds: every committed one, up to its capacity."""
+        return min(committed, self._replay.capacity)
 
     # ------------------------------------------------------------------ SB3 logger
     def _logger_state(self) -> dict[str, Any]:
@@ -273,9 +279,9 @@ class RunnerMetrics:
         rec("unilab/collector_errors", self.collector_errors)
         rec("unilab/episodes_terminated", int(rows[:, TERMINATED].sum()))
         rec("unilab/episodes_truncated", int(rows[:, TRUNCATED].sum()))
-        if self._replay is not None and not self._replay.closed:
+        if self._replay_open():
             committed = self._committed()
-            rec("unilab/replay_size", min(committed, self._replay.capacity))
+            rec("unilab/replay_size", self._replay_size(committed))
             rec("unilab/replay_committed", committed)
             rec("unilab/replay_write_per_s", (now["committed"] - prev["committed"]) / dt)
             rec("unilab/replay_sample_per_s", (self.gradient_steps - prev["grad"]) * self._batch_size / dt)
