@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import RESULTS_DIR, machine_info, peak_rss_mb, run_interleaved, summarize, tree_rss_mb, write_json  # noqa: E402
+from common import RESULTS_DIR, machine_info, peak_rss_mb, run_interleaved, summarize, tree_rss_mb, write_json
 
 
 def _timed(step, n_envs: int, steps: int, warmup: int) -> dict[str, float]:
@@ -62,17 +62,28 @@ def run_raw(num_envs: int, steps: int, warmup: int, envs_per_cluster: int | None
 
 #: The ranges of examples/train_ppo_dr.py.
 DOMAIN_RANDOMIZATION = {
-    "friction": (0.4, 1.0), "added_mass": (-0.5, 1.5), "com_x": (-0.03, 0.03), "com_y": (-0.02, 0.02),
-    "motor_strength": (0.8, 1.1), "kp_factor": (0.8, 1.2), "kd_factor": (0.8, 1.2), "latency": (0, 1),
-    "push_interval": (5.0, 10.0), "push_velocity": (0.0, 0.5),
+    "friction": (0.4, 1.0),
+    "added_mass": (-0.5, 1.5),
+    "com_x": (-0.03, 0.03),
+    "com_y": (-0.02, 0.02),
+    "motor_strength": (0.8, 1.1),
+    "kp_factor": (0.8, 1.2),
+    "kd_factor": (0.8, 1.2),
+    "latency": (0, 1),
+    "push_interval": (5.0, 10.0),
+    "push_velocity": (0.0, 0.5),
 }
 
 
-def run_unilab(num_envs: int, steps: int, warmup: int, envs_per_cluster: int | None = None, domain_randomization=None) -> dict[str, float]:
+def run_unilab(
+    num_envs: int, steps: int, warmup: int, envs_per_cluster: int | None = None, domain_randomization=None
+) -> dict[str, float]:
     from unilab_gym import UniLabVectorEnv
 
     env = UniLabVectorEnv(
-        num_envs, domain_randomization=domain_randomization, **({"envs_per_cluster": envs_per_cluster} if envs_per_cluster else {})
+        num_envs,
+        domain_randomization=domain_randomization,
+        **({"envs_per_cluster": envs_per_cluster} if envs_per_cluster else {}),
     )
     env.reset(seed=0)
     return _timed(env.step, num_envs, steps, warmup)
@@ -132,9 +143,18 @@ def main() -> None:
     if args.sweep_cluster:
         configs = {}
         for epc in (1, 4, 8, 16, 32, 64):
-            configs[f"envs_per_cluster={epc}"] = (run_unilab, dict(num_envs=64, steps=steps, warmup=warmup, envs_per_cluster=epc))
-        configs["256 envs, envs_per_cluster=16"] = (run_unilab, dict(num_envs=256, steps=steps // 2, warmup=warmup, envs_per_cluster=16))
-        configs["256 envs, envs_per_cluster=32"] = (run_unilab, dict(num_envs=256, steps=steps // 2, warmup=warmup, envs_per_cluster=32))
+            configs[f"envs_per_cluster={epc}"] = (
+                run_unilab,
+                dict(num_envs=64, steps=steps, warmup=warmup, envs_per_cluster=epc),
+            )
+        configs["256 envs, envs_per_cluster=16"] = (
+            run_unilab,
+            dict(num_envs=256, steps=steps // 2, warmup=warmup, envs_per_cluster=16),
+        )
+        configs["256 envs, envs_per_cluster=32"] = (
+            run_unilab,
+            dict(num_envs=256, steps=steps // 2, warmup=warmup, envs_per_cluster=32),
+        )
         runs = run_interleaved(configs, repeats, desc="envs_per_cluster sweep")
         print("\n| configuration | env-steps/s (median [min, max]) | RSS MB |")
         print("|---|---|---|")
@@ -150,7 +170,10 @@ def main() -> None:
         common = dict(num_envs=n, steps=steps, warmup=warmup)
         configs[f"N={n} raw pybullet"] = (run_raw, common)
         configs[f"N={n} UniLabVectorEnv"] = (run_unilab, common)
-        configs[f"N={n} UniLabVectorEnv, domain randomization"] = (run_unilab, {**common, "domain_randomization": DOMAIN_RANDOMIZATION})
+        configs[f"N={n} UniLabVectorEnv, domain randomization"] = (
+            run_unilab,
+            {**common, "domain_randomization": DOMAIN_RANDOMIZATION},
+        )
         configs[f"N={n} DummyVecEnv"] = (run_dummy, common)
     two = dict(num_envs=2, steps=steps * 8, warmup=warmup)
     configs["SubprocVecEnv (2 workers)"] = (run_subproc, two)
@@ -173,8 +196,13 @@ def main() -> None:
         dummy = f"N={n[2:]} DummyVecEnv" if n.startswith("N=") else "N=64 DummyVecEnv"
         vs_raw = f"{m / med(raw):.2f}×" if raw in runs else "–"
         vs_dummy = f"{m / med(dummy):.2f}×" if dummy in runs else "–"
-        print(f"| {name} | {m:,.0f} [{lo:,.0f}, {hi:,.0f}] | {summarize(rs, 'rss_mb')[0]:,.0f} | {vs_raw} | {vs_dummy} |")
-    write_json(os.path.join(RESULTS_DIR, "bench_env.json"), {"machine": machine_info(), "steps": steps, "repeats": repeats, "runs": runs})
+        print(
+            f"| {name} | {m:,.0f} [{lo:,.0f}, {hi:,.0f}] | {summarize(rs, 'rss_mb')[0]:,.0f} | {vs_raw} | {vs_dummy} |"
+        )
+    write_json(
+        os.path.join(RESULTS_DIR, "bench_env.json"),
+        {"machine": machine_info(), "steps": steps, "repeats": repeats, "runs": runs},
+    )
 
 
 if __name__ == "__main__":

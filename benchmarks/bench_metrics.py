@@ -32,7 +32,7 @@ import urllib.request
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import RESULTS_DIR, machine_info, run_interleaved, summarize, write_json  # noqa: E402
+from common import RESULTS_DIR, machine_info, run_interleaved, summarize, write_json
 
 ID = "UniLab/Quadruped-v0"
 
@@ -47,7 +47,7 @@ def run_env_blocks(num_envs: int, blocks: int, block_steps: int = 10) -> dict[st
     import timeit
 
     from unilab_gym import UniLabVectorEnv
-    from unilab_gym.metrics import StepLatency
+    from unilab_gym.latency import StepLatency
 
     env = UniLabVectorEnv(num_envs)
     env.reset(seed=0)
@@ -104,13 +104,27 @@ def run_runner(num_envs: int, steps: int, metrics: bool) -> dict[str, float]:
     torch.set_num_threads(1)
     warmup = 20 * num_envs  # spawn, imports and the random-action phase (learning_starts) are not timed
     total = steps * num_envs
-    model = SAC("MlpPolicy", make_sb3_env(ID, 1), replay_buffer_class=SharedReplayBuffer, batch_size=256,
-                buffer_size=total + warmup, learning_starts=10 * num_envs, seed=0)
+    model = SAC(
+        "MlpPolicy",
+        make_sb3_env(ID, 1),
+        replay_buffer_class=SharedReplayBuffer,
+        batch_size=256,
+        buffer_size=total + warmup,
+        learning_starts=10 * num_envs,
+        seed=0,
+    )
     env = dict(env_id=ID) if metrics else dict(env_fn=untimed_env)
     stop = threading.Event()
     scrapes = []
-    with AsyncRunner(model, num_collectors=2, envs_per_collector=num_envs // 2, replay_ratio=1.0 / num_envs, seed=0,
-                     metrics_port=0 if metrics else None, **env) as runner:
+    with AsyncRunner(
+        model,
+        num_collectors=2,
+        envs_per_collector=num_envs // 2,
+        replay_ratio=1.0 / num_envs,
+        seed=0,
+        metrics_port=0 if metrics else None,
+        **env,
+    ) as runner:
         runner.learn(warmup)  # start-up (spawn, imports) is not timed
 
         def scrape() -> None:
@@ -139,16 +153,24 @@ def main() -> None:
     repeats, steps, blocks = (2, 200, 25) if args.quick else (5, 800, 100)
     n = args.num_envs
 
-    env_runs = run_interleaved({"env": (run_env_blocks, dict(num_envs=n, blocks=blocks))}, repeats, desc="env blocks")["env"]
+    env_runs = run_interleaved({"env": (run_env_blocks, dict(num_envs=n, blocks=blocks))}, repeats, desc="env blocks")[
+        "env"
+    ]
     runner_runs = run_interleaved(
-        {"metrics on": (run_runner, dict(num_envs=n, steps=steps, metrics=True)),
-         "metrics off": (run_runner, dict(num_envs=n, steps=steps, metrics=False))},
-        repeats, desc="runner",
+        {
+            "metrics on": (run_runner, dict(num_envs=n, steps=steps, metrics=True)),
+            "metrics off": (run_runner, dict(num_envs=n, steps=steps, metrics=False)),
+        },
+        repeats,
+        desc="runner",
     )
     env_cost = summarize(env_runs, "cost")
     exact = summarize(env_runs, "cost_exact")
     timing_us = statistics.median(r["timing_us_per_step"] for r in env_runs)
-    on, off = summarize(runner_runs["metrics on"], "env_steps_per_s"), summarize(runner_runs["metrics off"], "env_steps_per_s")
+    on, off = (
+        summarize(runner_runs["metrics on"], "env_steps_per_s"),
+        summarize(runner_runs["metrics off"], "env_steps_per_s"),
+    )
     runner_cost = 1.0 - on[0] / off[0]
     date = datetime.datetime.now().isoformat(timespec="seconds")
     lines = [
@@ -170,11 +192,18 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_metrics.md"), "w") as f:
         f.write(table + "\n")
-    write_json(os.path.join(args.out, "bench_metrics.json"), {
-        "date": date, "num_envs": n, "repeats": repeats, "machine": machine_info(),
-        "env": env_runs, "runner": runner_runs,
-        "cost": {"env": env_cost[0], "env_timing_code": exact[0], "runner": runner_cost},
-    })
+    write_json(
+        os.path.join(args.out, "bench_metrics.json"),
+        {
+            "date": date,
+            "num_envs": n,
+            "repeats": repeats,
+            "machine": machine_info(),
+            "env": env_runs,
+            "runner": runner_runs,
+            "cost": {"env": env_cost[0], "env_timing_code": exact[0], "runner": runner_cost},
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,8 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import RESULTS_DIR, machine_info, run_interleaved, summarize, write_json  # noqa: E402
-from compare_sb3 import run_ppo, table  # noqa: E402
+from common import RESULTS_DIR, machine_info, run_interleaved, summarize, write_json
+from compare_sb3 import run_ppo, table
 
 NUM_ENVS = 64
 N_STEPS = 64
@@ -89,20 +89,37 @@ def run_on_quiet_machine(**kwargs: Any) -> dict[str, Any]:
 
 
 def configs(total_steps: int, seed: int) -> dict[str, tuple[Any, dict[str, Any]]]:
-    return {name: (run_on_quiet_machine, dict(num_envs=NUM_ENVS, total_steps=total_steps, seed=seed, n_steps=N_STEPS, **kw))
-            for name, kw in CONFIGS.items()}
+    return {
+        name: (run_on_quiet_machine, dict(num_envs=NUM_ENVS, total_steps=total_steps, seed=seed, n_steps=N_STEPS, **kw))
+        for name, kw in CONFIGS.items()
+    }
 
 
 def report(runs: dict[str, list[dict[str, Any]]], total_steps: int, seeds: int) -> str:
-    keys = [("env_steps_per_s", "env-steps/s"), ("steady_env_steps_per_s", "steady env-steps/s"), ("wall_s", "wall clock s"),
-            ("first_rollout_s", "first rollout s"), ("final_return", "final return"), ("machine_busy_cores", "machine busy cores")]
+    keys = [
+        ("env_steps_per_s", "env-steps/s"),
+        ("steady_env_steps_per_s", "steady env-steps/s"),
+        ("wall_s", "wall clock s"),
+        ("first_rollout_s", "first rollout s"),
+        ("final_return", "final return"),
+        ("machine_busy_cores", "machine busy cores"),
+    ]
     best = max(STOCK, key=lambda name: summarize(runs[name], "env_steps_per_s")[0])
-    lines = [table(f"PPO, {NUM_ENVS} envs, n_steps {N_STEPS}, batch 256, 5 epochs, {total_steps:,} env steps, {seeds} seed(s)",
-                   runs, keys, None)]
+    lines = [
+        table(
+            f"PPO, {NUM_ENVS} envs, n_steps {N_STEPS}, batch 256, 5 epochs, {total_steps:,} env steps, {seeds} seed(s)",
+            runs,
+            keys,
+            None,
+        )
+    ]
     for key, label in (("env_steps_per_s", "Env-steps/s"), ("steady_env_steps_per_s", "Steady env-steps/s")):
         base = summarize(runs[best], key)[0]
-        lines.append(f"{label} vs the best stock configuration ({best}): "
-                     + ", ".join(f"{name} {summarize(rs, key)[0] / base:.2f}×" for name, rs in runs.items()) + "\n")
+        lines.append(
+            f"{label} vs the best stock configuration ({best}): "
+            + ", ".join(f"{name} {summarize(rs, key)[0] / base:.2f}×" for name, rs in runs.items())
+            + "\n"
+        )
     return "\n".join(lines)
 
 
@@ -124,12 +141,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             runs[name].extend(rs)
     load = {"before": load_before, "after": os.getloadavg()}  # other users of the machine skew the ratios
     machine = machine_info()
-    text = (f"## AsyncRunner PPO vs stock SB3 ({datetime.date.today().isoformat()})\n\n"
-            f"Machine: {machine['cpu']}, {machine['cores']} cores; load average (1, 5, 15 min) before "
-            f"{', '.join(f'{x:.1f}' for x in load['before'])}, after {', '.join(f'{x:.1f}' for x in load['after'])}.\n\n"
-            + report(runs, total_steps, seeds))
-    payload = {"date": datetime.date.today().isoformat(), "machine": machine, "load_average": load, "total_steps": total_steps,
-               "seeds": seeds, "runs": runs, "elapsed_s": time.perf_counter() - t0}
+    text = (
+        f"## AsyncRunner PPO vs stock SB3 ({datetime.date.today().isoformat()})\n\n"
+        f"Machine: {machine['cpu']}, {machine['cores']} cores; load average (1, 5, 15 min) before "
+        f"{', '.join(f'{x:.1f}' for x in load['before'])}, after {', '.join(f'{x:.1f}' for x in load['after'])}.\n\n"
+        + report(runs, total_steps, seeds)
+    )
+    payload = {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine,
+        "load_average": load,
+        "total_steps": total_steps,
+        "seeds": seeds,
+        "runs": runs,
+        "elapsed_s": time.perf_counter() - t0,
+    }
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_ppo_async.md"), "w") as f:
         f.write(text)

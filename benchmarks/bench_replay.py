@@ -175,8 +175,13 @@ class Tianshou(Contender):
         self.buf = VectorReplayBuffer(capacity, data.rows)
         self.batches = [
             Batch(
-                obs=s["obs"], act=s["action"], rew=s["reward"], terminated=s["terminated"],
-                truncated=s["truncated"], obs_next=s["next_obs"], info=Batch(),
+                obs=s["obs"],
+                act=s["action"],
+                rew=s["reward"],
+                terminated=s["terminated"],
+                truncated=s["truncated"],
+                obs_next=s["next_obs"],
+                info=Batch(),
             )
             for s in data.steps
         ]
@@ -243,9 +248,7 @@ class TorchRL(Contender):
         self.tmp.cleanup()
 
 
-CONTENDERS: dict[str, Callable[..., Contender]] = {
-    c.name: c for c in (SB3, Shared, Storage, Tianshou, TorchRL)
-}
+CONTENDERS: dict[str, Callable[..., Contender]] = {c.name: c for c in (SB3, Shared, Storage, Tianshou, TorchRL)}
 
 
 def _make_all(names, capacity, data):
@@ -309,10 +312,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         c.close()
     return {
         "setup": {
-            "obs_dim": OBS_DIM, "act_dim": ACT_DIM, "capacity": args.capacity, "batch": args.batch,
-            "rows_per_add": args.rows_per_add, "rounds": args.rounds, "adds_per_round": args.adds_per_round,
+            "obs_dim": OBS_DIM,
+            "act_dim": ACT_DIM,
+            "capacity": args.capacity,
+            "batch": args.batch,
+            "rows_per_add": args.rows_per_add,
+            "rounds": args.rounds,
+            "adds_per_round": args.adds_per_round,
             "samples_per_round": args.samples_per_round,
-            "python": platform.python_version(), "cpus": os.cpu_count(), "torch": th.__version__,
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "torch": th.__version__,
             "load_average_at_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         },
         "results": results,

@@ -55,7 +55,9 @@ def main() -> None:
         for _ in range(200):
             buf[idx]
         get = (time.perf_counter() - t) / 200
-        print(f"{cls.__name__:<26} {hasnull * 1e3:>9.3f} ms {add * 1e3:>9.3f} ms {get * 1e3:>10.3f} ms  (len {len(buf)})")
+        print(
+            f"{cls.__name__:<26} {hasnull * 1e3:>9.3f} ms {add * 1e3:>9.3f} ms {get * 1e3:>10.3f} ms  (len {len(buf)})"
+        )
 
 
 if __name__ == "__main__":

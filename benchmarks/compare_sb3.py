@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_env  # noqa: E402
-from common import RESULTS_DIR, machine_info, run_interleaved, summarize, tree_rss_mb, write_json  # noqa: E402
+import bench_env
+from common import RESULTS_DIR, machine_info, run_interleaved, summarize, tree_rss_mb, write_json
 
 ID = "UniLab/Quadruped-v0"
 EPISODE_STEPS = 250
@@ -56,6 +56,8 @@ EPISODE_STEPS = 250
 def episode_steps(num_envs: int, total_steps: int) -> int:
     """Episode length for a run: EPISODE_STEPS, or a third of each env's steps if shorter (at least 5)."""
     return max(5, min(EPISODE_STEPS, total_steps // num_envs // 3))
+
+
 EVAL_ENVS = 16
 
 MODES = {
@@ -76,9 +78,16 @@ def run_collectors(num_envs: int, steps: int, warmup: int) -> dict[str, float]:
 
     total = steps * num_envs
     capacity = 2 * (total + warmup * num_envs)  # learning never starts: collectors act at random
-    model = SAC("MlpPolicy", make_sb3_env(ID, 1), replay_buffer_class=SharedReplayBuffer,
-                buffer_size=capacity, learning_starts=capacity)
-    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=max(1, num_envs // 2), replay_ratio=0.0) as runner:
+    model = SAC(
+        "MlpPolicy",
+        make_sb3_env(ID, 1),
+        replay_buffer_class=SharedReplayBuffer,
+        buffer_size=capacity,
+        learning_starts=capacity,
+    )
+    with AsyncRunner(
+        model, env_id=ID, num_collectors=2, envs_per_collector=max(1, num_envs // 2), replay_ratio=0.0
+    ) as runner:
         runner.learn(warmup * num_envs)  # start-up (spawn, imports) is not timed
         t0 = time.perf_counter()
         runner.learn(total, reset_num_timesteps=False)
@@ -158,8 +167,15 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
 
     episode = episode_steps(num_envs, total_steps)
     env = make_sb3_env(ID, num_envs, seed=seed, max_episode_steps=episode)
-    kwargs = dict(batch_size=256, train_freq=1, gradient_steps=1, learning_starts=min(10 * num_envs, total_steps // 4),
-                  buffer_size=max(total_steps, 1000), seed=seed, verbose=0)
+    kwargs = dict(
+        batch_size=256,
+        train_freq=1,
+        gradient_steps=1,
+        learning_starts=min(10 * num_envs, total_steps // 4),
+        buffer_size=max(total_steps, 1000),
+        seed=seed,
+        verbose=0,
+    )
     if kind != "stock":
         kwargs["replay_buffer_class"] = SharedReplayBuffer
     torch.set_num_threads(1)  # fastest for these small networks on 2 shared cores, for every config
@@ -167,24 +183,43 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
     curve = _Curve.make(every=max(num_envs, total_steps // 40))
     t0 = time.perf_counter()
     if kind == "async":
-        with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=max(1, num_envs // 2),
-                         env_kwargs=dict(max_episode_steps=episode), seed=seed, replay_ratio=1.0 / num_envs) as runner:
+        with AsyncRunner(
+            model,
+            env_id=ID,
+            num_collectors=2,
+            envs_per_collector=max(1, num_envs // 2),
+            env_kwargs=dict(max_episode_steps=episode),
+            seed=seed,
+            replay_ratio=1.0 / num_envs,
+        ) as runner:
             runner.learn(total_steps, callback=curve)
     else:
         model.learn(total_steps, callback=curve)
     wall = time.perf_counter() - t0
     out = {
-        "wall_s": wall, "env_steps_per_s": model.num_timesteps / wall, "grad_steps_per_s": model._n_updates / wall,
-        "grad_steps": model._n_updates, "env_steps": model.num_timesteps, "final_return": evaluate(model, seed, episode),
-        "curve": curve.points, "rss_mb": tree_rss_mb(),
+        "wall_s": wall,
+        "env_steps_per_s": model.num_timesteps / wall,
+        "grad_steps_per_s": model._n_updates / wall,
+        "grad_steps": model._n_updates,
+        "env_steps": model.num_timesteps,
+        "final_return": evaluate(model, seed, episode),
+        "curve": curve.points,
+        "rss_mb": tree_rss_mb(),
     }
     if kind != "stock":
         model.replay_buffer.close()
     return out
 
 
-def run_ppo(kind: str, num_envs: int, total_steps: int, seed: int, n_steps: int | None = None,
-            workers: int | None = None, lag: int = 0) -> dict[str, Any]:
+def run_ppo(
+    kind: str,
+    num_envs: int,
+    total_steps: int,
+    seed: int,
+    n_steps: int | None = None,
+    workers: int | None = None,
+    lag: int = 0,
+) -> dict[str, Any]:
     """One PPO run: ``kind`` is ``stock`` (SB3VecEnv, one process), ``subproc`` (SubprocVecEnv of ``workers``
     single-env processes) or ``async`` (AsyncRunner, 2 collectors of ``num_envs / 2`` envs, ``max_policy_lag=lag``).
 
@@ -213,8 +248,15 @@ def run_ppo(kind: str, num_envs: int, total_steps: int, seed: int, n_steps: int 
     curve, clock = _Curve.make(every=max(num_envs, total_steps // 40)), _rollout_clock()
     t0 = time.perf_counter()
     if kind == "async":
-        with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=num_envs // 2,
-                         env_kwargs=dict(max_episode_steps=episode), seed=seed, max_policy_lag=lag) as runner:
+        with AsyncRunner(
+            model,
+            env_id=ID,
+            num_collectors=2,
+            envs_per_collector=num_envs // 2,
+            env_kwargs=dict(max_episode_steps=episode),
+            seed=seed,
+            max_policy_lag=lag,
+        ) as runner:
             runner.learn(total_steps, callback=[curve, clock])
     else:
         model.learn(total_steps, callback=[curve, clock])
@@ -222,11 +264,18 @@ def run_ppo(kind: str, num_envs: int, total_steps: int, seed: int, n_steps: int 
     grad = model._n_updates * max(1, (model.n_steps * model.n_envs) // model.batch_size)
     ends = clock.ends
     out = {
-        "wall_s": wall, "env_steps_per_s": model.num_timesteps / wall, "grad_steps_per_s": grad / wall,
-        "grad_steps": grad, "env_steps": model.num_timesteps, "final_return": evaluate(model, seed, episode),
-        "curve": curve.points, "rss_mb": tree_rss_mb(),
+        "wall_s": wall,
+        "env_steps_per_s": model.num_timesteps / wall,
+        "grad_steps_per_s": grad / wall,
+        "grad_steps": grad,
+        "env_steps": model.num_timesteps,
+        "final_return": evaluate(model, seed, episode),
+        "curve": curve.points,
+        "rss_mb": tree_rss_mb(),
         # from the end of the first rollout on: without start-up (spawning collectors, the first rollout)
-        "steady_env_steps_per_s": (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0]) if len(ends) > 1 else float("nan"),
+        "steady_env_steps_per_s": (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0])
+        if len(ends) > 1
+        else float("nan"),
         "first_rollout_s": ends[0][0] - t0 if ends else float("nan"),
     }
     env.close()
@@ -253,13 +302,25 @@ def _rollout_clock():
 
 def rl_configs(algo: str, num_envs: int, steps: int, seed: int) -> dict[str, tuple[Any, dict[str, Any]]]:
     if algo == "sac":
-        kinds = {"stock SB3 SAC": "stock", "SB3 SAC + SharedReplayBuffer": "shared", "AsyncRunner SAC (2 collectors)": "async"}
+        kinds = {
+            "stock SB3 SAC": "stock",
+            "SB3 SAC + SharedReplayBuffer": "shared",
+            "AsyncRunner SAC (2 collectors)": "async",
+        }
         fn = run_sac
     else:
-        runs = {"stock SB3 PPO (1 process)": dict(kind="stock"), "stock SB3 PPO (SubprocVecEnv)": dict(kind="subproc"),
-                "AsyncRunner PPO (lag 0)": dict(kind="async", lag=0), "AsyncRunner PPO (lag 1)": dict(kind="async", lag=1)}
-        return {name: (run_ppo, dict(num_envs=num_envs, total_steps=steps, seed=seed, **kw)) for name, kw in runs.items()}
-    return {name: (fn, dict(kind=kind, num_envs=num_envs, total_steps=steps, seed=seed)) for name, kind in kinds.items()}
+        runs = {
+            "stock SB3 PPO (1 process)": dict(kind="stock"),
+            "stock SB3 PPO (SubprocVecEnv)": dict(kind="subproc"),
+            "AsyncRunner PPO (lag 0)": dict(kind="async", lag=0),
+            "AsyncRunner PPO (lag 1)": dict(kind="async", lag=1),
+        }
+        return {
+            name: (run_ppo, dict(num_envs=num_envs, total_steps=steps, seed=seed, **kw)) for name, kw in runs.items()
+        }
+    return {
+        name: (fn, dict(kind=kind, num_envs=num_envs, total_steps=steps, seed=seed)) for name, kind in kinds.items()
+    }
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -268,8 +329,12 @@ def _fmt(v: float) -> str:
 
 
 def table(title: str, runs: dict[str, list[dict[str, Any]]], keys: list[tuple[str, str]], base: str | None) -> str:
-    lines = [f"### {title}", "", "| configuration | " + " | ".join(label for _, label in keys) + (" | vs stock SB3 |" if base else " |"),
-             "|---" * (len(keys) + 1 + bool(base)) + "|"]
+    lines = [
+        f"### {title}",
+        "",
+        "| configuration | " + " | ".join(label for _, label in keys) + (" | vs stock SB3 |" if base else " |"),
+        "|---" * (len(keys) + 1 + bool(base)) + "|",
+    ]
     for name, rs in runs.items():
         cells = []
         for key, _ in keys:
@@ -295,9 +360,9 @@ def plot(report: dict[str, Any], path: str) -> None:
     curves = [s for s in ("sac", "ppo") if s in sections]
     cols = max(len(panels), len(curves), 1)
     fig, grid = plt.subplots(2, cols, figsize=(6.0 * cols, 9.0), squeeze=False)
-    for ax in grid.flat[len(panels):cols]:
+    for ax in grid.flat[len(panels) : cols]:
         ax.axis("off")
-    for ax in grid[1][len(curves):]:
+    for ax in grid[1][len(curves) :]:
         ax.axis("off")
     for ax, section in zip(grid[0], panels):
         runs = sections[section]["runs"]
@@ -315,12 +380,21 @@ def plot(report: dict[str, Any], path: str) -> None:
             for i, r in enumerate(rs):
                 if r.get("curve"):
                     t, _, ret = zip(*r["curve"])
-                    ax.plot(t, ret, label=name if i == 0 else None, color=f"C{list(sections[section]['runs']).index(name)}", alpha=0.8)
+                    ax.plot(
+                        t,
+                        ret,
+                        label=name if i == 0 else None,
+                        color=f"C{list(sections[section]['runs']).index(name)}",
+                        alpha=0.8,
+                    )
         ax.set_xlabel("wall clock (s)")
         ax.set_ylabel("mean training return (last 20 episodes)")
         ax.set_title(f"{section}: return vs wall clock")
         ax.legend(fontsize=7)
-    fig.suptitle(f"unilab-gym vs stock SB3 — {report['machine']['cpu']}, {report['machine']['cores']} cores, {report['date']}", fontsize=9)
+    fig.suptitle(
+        f"unilab-gym vs stock SB3 — {report['machine']['cpu']}, {report['machine']['cores']} cores, {report['date']}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -347,16 +421,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown:
         parser.error(f"unknown section(s) {unknown}; choose from env, replay, sac, ppo")
     n = cfg["num_envs"]
-    report: dict[str, Any] = {"mode": name, "config": cfg, "date": datetime.date.today().isoformat(), "machine": machine_info(), "sections": {}, "skipped": {}}
-    md = [f"## unilab-gym vs stock SB3 ({name} mode, {report['date']})", "",
-          f"Machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, {report['machine']['ram_gb']} GB RAM. "
-          f"Versions: " + ", ".join(f"{k} {v}" for k, v in report["machine"]["versions"].items()) + ".", ""]
+    report: dict[str, Any] = {
+        "mode": name,
+        "config": cfg,
+        "date": datetime.date.today().isoformat(),
+        "machine": machine_info(),
+        "sections": {},
+        "skipped": {},
+    }
+    md = [
+        f"## unilab-gym vs stock SB3 ({name} mode, {report['date']})",
+        "",
+        f"Machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, {report['machine']['ram_gb']} GB RAM. "
+        f"Versions: " + ", ".join(f"{k} {v}" for k, v in report["machine"]["versions"].items()) + ".",
+        "",
+    ]
     t_start = time.perf_counter()
 
     if "env" in sections:
-        runs = run_interleaved(env_configs(n, cfg["env_steps"]), cfg["env_repeats"], desc="env stepping", fresh_process=not args.smoke)
+        runs = run_interleaved(
+            env_configs(n, cfg["env_steps"]), cfg["env_repeats"], desc="env stepping", fresh_process=not args.smoke
+        )
         report["sections"]["env"] = {"runs": runs}
-        md.append(table(f"Env stepping, {n} envs", runs, [("env_steps_per_s", "env-steps/s"), ("rss_mb", "RSS MB")], "SB3 DummyVecEnv"))
+        md.append(
+            table(
+                f"Env stepping, {n} envs",
+                runs,
+                [("env_steps_per_s", "env-steps/s"), ("rss_mb", "RSS MB")],
+                "SB3 DummyVecEnv",
+            )
+        )
     if "replay" in sections:
         if importlib.util.find_spec("tianshou") is None:
             report["skipped"]["replay tianshou"] = "Tianshou is not installed (pip install -e '.[tianshou]')"
@@ -376,16 +470,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         configs = rl_configs(algo, n, cfg["rl_steps"], seed=0)
         runs = {k: [] for k in configs}
         for seed in range(cfg["seeds"]):
-            seeded = {k: (fn, {**kw, "seed": seed}) for k, (fn, kw) in rl_configs(algo, n, cfg["rl_steps"], seed).items()}
+            seeded = {
+                k: (fn, {**kw, "seed": seed}) for k, (fn, kw) in rl_configs(algo, n, cfg["rl_steps"], seed).items()
+            }
             for k, v in run_interleaved(seeded, 1, desc=f"{algo} seed {seed}", fresh_process=not args.smoke).items():
                 runs[k].extend(v)
         report["sections"][algo] = {"runs": runs}
         base = next(iter(runs))
-        md.append(table(f"{algo.upper()}, {n} envs, {cfg['rl_steps']:,} env steps, {cfg['seeds']} seed(s)", runs,
-                        [("wall_s", "wall clock s"), ("env_steps_per_s", "env-steps/s"), ("grad_steps_per_s", "gradient steps/s"), ("final_return", "final return")],
-                        None))
+        md.append(
+            table(
+                f"{algo.upper()}, {n} envs, {cfg['rl_steps']:,} env steps, {cfg['seeds']} seed(s)",
+                runs,
+                [
+                    ("wall_s", "wall clock s"),
+                    ("env_steps_per_s", "env-steps/s"),
+                    ("grad_steps_per_s", "gradient steps/s"),
+                    ("final_return", "final return"),
+                ],
+                None,
+            )
+        )
         walls = {k: summarize(v, "wall_s")[0] for k, v in runs.items()}
-        md.append("Wall-clock speed-up vs " + base + ": " + ", ".join(f"{k} {walls[base] / w:.2f}×" for k, w in walls.items()) + "\n")
+        md.append(
+            "Wall-clock speed-up vs "
+            + base
+            + ": "
+            + ", ".join(f"{k} {walls[base] / w:.2f}×" for k, w in walls.items())
+            + "\n"
+        )
     report["elapsed_s"] = time.perf_counter() - t_start
     os.makedirs(args.out, exist_ok=True)
     text = "\n".join(md)
@@ -403,8 +515,15 @@ def _replay_args(capacity: int, mode: str) -> argparse.Namespace:
     """bench_replay's settings for this mode: SharedReplayBuffer, SB3 and Tianshou at ``capacity``."""
     small = mode != "default"
     only = ["sb3", "shared"] + (["tianshou"] if importlib.util.find_spec("tianshou") else [])
-    return argparse.Namespace(capacity=capacity, batch=256, rows_per_add=64, rounds=3 if small else 15,
-                              adds_per_round=20 if small else 200, samples_per_round=20 if small else 200, only=only)
+    return argparse.Namespace(
+        capacity=capacity,
+        batch=256,
+        rows_per_add=64,
+        rounds=3 if small else 15,
+        adds_per_round=20 if small else 200,
+        samples_per_round=20 if small else 200,
+        only=only,
+    )
 
 
 def _make_single(max_episode_steps: int = EPISODE_STEPS):

@@ -68,7 +68,9 @@ class EpisodeRecorder(BaseCallback):
     def evaluate(self) -> None:
         t0, at = time.perf_counter(), self.elapsed()
         model = self.model
-        returns, _ = evaluate(lambda o: model.predict(o, deterministic=True)[0], self.eval_envs, model.get_vec_normalize_env())
+        returns, _ = evaluate(
+            lambda o: model.predict(o, deterministic=True)[0], self.eval_envs, model.get_vec_normalize_env()
+        )
         self.evals.append((self.num_timesteps, at, returns.mean(), returns.std(), returns.size))
         self.paused += time.perf_counter() - t0
 
@@ -87,16 +89,39 @@ def make_model(algo: str, num_envs: int, seed: int):
     env = make_sb3_env(ID, num_envs, seed=seed)
     if algo == "sac":
         return SAC(
-            "MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, buffer_size=1_000_000,
-            learning_starts=10_000, batch_size=256, learning_rate=3e-4, gamma=0.98, train_freq=1, ent_coef="auto_0.01",
-            gradient_steps=8, policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device="cpu", verbose=0,
+            "MlpPolicy",
+            env,
+            replay_buffer_class=SharedReplayBuffer,
+            buffer_size=1_000_000,
+            learning_starts=10_000,
+            batch_size=256,
+            learning_rate=3e-4,
+            gamma=0.98,
+            train_freq=1,
+            ent_coef="auto_0.01",
+            gradient_steps=8,
+            policy_kwargs=dict(net_arch=[256, 256]),
+            seed=seed,
+            device="cpu",
+            verbose=0,
         )
     env = VecNormalize(env, gamma=0.99)
     return PPO(
-        "MlpPolicy", env, n_steps=64, batch_size=1024, n_epochs=5, learning_rate=3e-4, gamma=0.99,
-        gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, max_grad_norm=1.0,
+        "MlpPolicy",
+        env,
+        n_steps=64,
+        batch_size=1024,
+        n_epochs=5,
+        learning_rate=3e-4,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_range=0.2,
+        ent_coef=0.0,
+        max_grad_norm=1.0,
         policy_kwargs=dict(net_arch=dict(pi=[256, 128], vf=[256, 128]), activation_fn=torch.nn.ELU, log_std_init=-0.5),
-        seed=seed, device="cpu", verbose=0,
+        seed=seed,
+        device="cpu",
+        verbose=0,
     )
 
 
@@ -196,8 +221,13 @@ def plot() -> None:
             if path.exists():
                 ev = np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True))
                 ax.plot(ev[x], ev["return_mean"], "o-", color=color, label=f"{name}: deterministic policy (eval)")
-                ax.fill_between(ev[x], ev["return_mean"] - ev["return_std"], ev["return_mean"] + ev["return_std"],
-                                color=color, alpha=0.15)
+                ax.fill_between(
+                    ev[x],
+                    ev["return_mean"] - ev["return_std"],
+                    ev["return_mean"] + ev["return_std"],
+                    color=color,
+                    alpha=0.15,
+                )
             path = RESULTS / f"learning_{algo}.csv"
             if path.exists():
                 tr = np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True))
@@ -209,8 +239,13 @@ def plot() -> None:
             if row and not random_drawn:
                 ax.axhline(float(row["random_return_mean"]), color="gray", ls=":", label="uniform random policy (eval)")
                 if "zero_action_return_mean" in row:
-                    ax.axhline(float(row["zero_action_return_mean"]), color="black", ls="-.", lw=1,
-                               label="zero action: stand in the nominal pose (eval)")
+                    ax.axhline(
+                        float(row["zero_action_return_mean"]),
+                        color="black",
+                        ls="-.",
+                        lw=1,
+                        label="zero action: stand in the nominal pose (eval)",
+                    )
         random_drawn = random_drawn or bool(summary)
     for ax, label in zip(axes, ("env steps", "training wall clock (s), 2 shared CPU cores")):
         ax.set_xlabel(label)
@@ -227,7 +262,9 @@ def plot() -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algo", choices=["sac", "ppo", "both"], default="both")
-    parser.add_argument("--minutes", type=float, default=None, help="training budget per algorithm (default: SAC 12, PPO 10)")
+    parser.add_argument(
+        "--minutes", type=float, default=None, help="training budget per algorithm (default: SAC 12, PPO 10)"
+    )
     parser.add_argument("--max-steps", type=int, default=5_000_000, help="env-step budget per algorithm")
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--eval-every", type=float, default=120.0, help="seconds of training between evaluations")

@@ -35,7 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-collectors", type=int, default=2, help="collector processes (one per core)")
     parser.add_argument("--envs-per-collector", type=int, default=32)
     parser.add_argument("--n-steps", type=int, default=64, help="rollout length per env")
-    parser.add_argument("--max-policy-lag", type=int, default=1, choices=(0, 1), help="0: strictly on-policy; 1: overlap")
+    parser.add_argument(
+        "--max-policy-lag", type=int, default=1, choices=(0, 1), help="0: strictly on-policy; 1: overlap"
+    )
     parser.add_argument("--max-episode-steps", type=int, default=1000, help="episode length (control steps at 50 Hz)")
     parser.add_argument("--save-path", type=Path, default=Path("runs/ppo_async/model"))
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads of the learner")
@@ -66,8 +68,14 @@ def main(argv: list[str] | None = None) -> Path:
         device="cpu",
         verbose=1,
     )
-    with AsyncRunner(model, env_id=ENV_ID, num_collectors=args.num_collectors, envs_per_collector=args.envs_per_collector,
-                     env_kwargs=env_kwargs, max_policy_lag=args.max_policy_lag) as runner:
+    with AsyncRunner(
+        model,
+        env_id=ENV_ID,
+        num_collectors=args.num_collectors,
+        envs_per_collector=args.envs_per_collector,
+        env_kwargs=env_kwargs,
+        max_policy_lag=args.max_policy_lag,
+    ) as runner:
         runner.learn(total_timesteps=args.total_steps, progress_bar=not args.no_progress)
     args.save_path.parent.mkdir(parents=True, exist_ok=True)
     model.save(args.save_path)

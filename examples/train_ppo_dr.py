@@ -10,7 +10,7 @@ random stream, so the run stays reproducible. Writes ``<save-path>.zip``, the ``
 statistics ``<save-path>_vecnormalize.pkl`` and the parameter trace of every training episode
 ``<save-path>_trace.jsonl``. Then see how robust the policy is::
 
-    python -m unilab_gym.robustness --model <save-path>.zip --algo ppo --episodes 320 \\
+    unilab-gym robustness --model <save-path>.zip --algo ppo --episodes 320 \\
         --grid friction=0.3:1.2:4,mass=-1:3:4
 """
 
@@ -63,7 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--n-steps", type=int, default=64, help="rollout length per env and update")
     parser.add_argument("--save-path", type=Path, default=Path("runs/ppo_dr/model"))
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for small nets on a busy CPU)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (1 is fastest for small nets on a busy CPU)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
     return parser.parse_args(argv)
 

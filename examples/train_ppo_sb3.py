@@ -27,7 +27,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--n-steps", type=int, default=64, help="rollout length per env and update")
     parser.add_argument("--save-path", type=Path, default=Path("runs/ppo_sb3/model"))
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for small nets on a busy CPU)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (1 is fastest for small nets on a busy CPU)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
     return parser.parse_args(argv)
 

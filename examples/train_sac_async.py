@@ -35,7 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-path", type=Path, default=Path("runs/sac_async/model"))
     parser.add_argument("--threads", type=int, default=1, help="learner torch threads (collectors use 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
-    parser.add_argument("--metrics-port", type=int, default=None, help="serve pipeline metrics to Prometheus on this port")
+    parser.add_argument(
+        "--metrics-port", type=int, default=None, help="serve pipeline metrics to Prometheus on this port"
+    )
     return parser.parse_args(argv)
 
 
@@ -57,8 +59,15 @@ def main(argv: list[str] | None = None) -> Path:
         device="cpu",
         verbose=1,
     )
-    with AsyncRunner(model, env_id=ID, num_collectors=args.num_collectors, envs_per_collector=args.envs_per_collector,
-                     replay_ratio=args.replay_ratio, seed=args.seed, metrics_port=args.metrics_port) as runner:
+    with AsyncRunner(
+        model,
+        env_id=ID,
+        num_collectors=args.num_collectors,
+        envs_per_collector=args.envs_per_collector,
+        replay_ratio=args.replay_ratio,
+        seed=args.seed,
+        metrics_port=args.metrics_port,
+    ) as runner:
         if runner.metrics_url:
             print(f"Prometheus metrics at {runner.metrics_url}")
         runner.learn(args.total_steps, progress_bar=not args.no_progress, log_interval=10)

@@ -25,11 +25,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--total-steps", type=int, default=300_000, help="env steps (transitions) to train for")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-envs", type=int, default=64)
-    parser.add_argument("--gradient-steps", type=int, default=8, help="gradient steps per vector step (of num-envs transitions)")
+    parser.add_argument(
+        "--gradient-steps", type=int, default=8, help="gradient steps per vector step (of num-envs transitions)"
+    )
     parser.add_argument("--buffer-size", type=int, default=1_000_000)
     parser.add_argument("--learning-starts", type=int, default=10_000, help="random transitions before training")
     parser.add_argument("--save-path", type=Path, default=Path("runs/sac_sb3/model"))
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for small nets on a busy CPU)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (1 is fastest for small nets on a busy CPU)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
     return parser.parse_args(argv)
 

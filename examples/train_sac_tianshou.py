@@ -35,12 +35,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--test-envs", type=int, default=8, help="envs (= episodes) of each epoch's test")
     parser.add_argument("--epochs", type=int, default=10, help="the total steps are split into this many epochs")
-    parser.add_argument("--gradient-steps", type=int, default=8, help="gradient steps per vector step (of num-envs transitions)")
+    parser.add_argument(
+        "--gradient-steps", type=int, default=8, help="gradient steps per vector step (of num-envs transitions)"
+    )
     parser.add_argument("--buffer-size", type=int, default=1_000_000)
     parser.add_argument("--start-steps", type=int, default=10_000, help="random transitions before training")
-    parser.add_argument("--max-episode-steps", type=int, default=1000, help="episode length limit (also of the test episodes)")
+    parser.add_argument(
+        "--max-episode-steps", type=int, default=1000, help="episode length limit (also of the test episodes)"
+    )
     parser.add_argument("--save-path", type=Path, default=Path("runs/sac_tianshou/algorithm.pt"))
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for small nets on a busy CPU)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (1 is fastest for small nets on a busy CPU)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. in CI logs)")
     return parser.parse_args(argv)
 
@@ -65,7 +71,9 @@ def main(argv: list[str] | None = None) -> Path:
         conditioned_sigma=True,
     )
     critics = [
-        ContinuousCritic(preprocess_net=Net(state_shape=obs_dim, action_shape=act_dim, hidden_sizes=[256, 256], concat=True))
+        ContinuousCritic(
+            preprocess_net=Net(state_shape=obs_dim, action_shape=act_dim, hidden_sizes=[256, 256], concat=True)
+        )
         for _ in range(2)
     ]
     algorithm = SAC(
@@ -78,7 +86,9 @@ def main(argv: list[str] | None = None) -> Path:
         tau=0.005,
         gamma=0.98,
         # rewards are ~0.02 per step: start alpha at 0.01, not 1.0, or the entropy term drowns them
-        alpha=AutoAlpha(target_entropy=-float(act_dim), log_alpha=float(np.log(0.01)), optim=AdamOptimizerFactory(lr=3e-4)),
+        alpha=AutoAlpha(
+            target_entropy=-float(act_dim), log_alpha=float(np.log(0.01)), optim=AdamOptimizerFactory(lr=3e-4)
+        ),
     )
 
     # data: the shared replay (one sub-buffer per env) and the collectors
@@ -105,8 +115,10 @@ def main(argv: list[str] | None = None) -> Path:
             show_progress=not args.no_progress,
         )
     )
-    print(f"best test return {result.best_reward:.2f} +- {result.best_reward_std:.2f}; "
-          f"{result.train_step} env steps, {result.update_step} gradient steps")
+    print(
+        f"best test return {result.best_reward:.2f} +- {result.best_reward_std:.2f}; "
+        f"{result.train_step} env steps, {result.update_step} gradient steps"
+    )
     args.save_path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(algorithm.state_dict(), args.save_path)
     print(f"saved {args.save_path}")

@@ -33,7 +33,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvO
 from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
 from unilab_gym.vector_env import UniLabVectorEnv
 
-__all__ = ["SB3VecEnv", "make_sb3_env", "EnvMetricsCallback"]
+__all__ = ["EnvMetricsCallback", "SB3VecEnv", "make_sb3_env"]
 
 
 class SB3VecEnv(VecEnv):
@@ -151,7 +151,9 @@ class SB3VecEnv(VecEnv):
         self._check_all(indices, f"set_attr({attr_name!r})")
         setattr(self.venv, attr_name, value)
 
-    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any) -> list[Any]:
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+    ) -> list[Any]:
         """Call the vector env's method ``method_name`` once; its result is returned once per index."""
         result = getattr(self.venv, method_name)(*method_args, **method_kwargs)
         return [result for _ in self._get_indices(indices)]
@@ -248,7 +250,9 @@ def make_sb3_env(
         TypeError: ``env_id`` does not make a ``UniLabVectorEnv``.
         ValueError: invalid env arguments (raised by the env, naming the argument).
     """
-    venv = make_unilab_vector_env(env_id, num_envs, "make_sb3_env", "stable_baselines3.common.env_util.make_vec_env", **env_kwargs)
+    venv = make_unilab_vector_env(
+        env_id, num_envs, "make_sb3_env", "stable_baselines3.common.env_util.make_vec_env", **env_kwargs
+    )
     env: VecEnv = SB3VecEnv(venv)
     if seed is not None:
         env.action_space.seed(seed)
@@ -266,7 +270,7 @@ class EnvMetricsCallback(BaseCallback):
     - ``unilab/env_steps_per_s``: env steps (transitions) per second, collection and training;
     - ``unilab/step_physics_us``, ``unilab/step_task_us``: mean wall-clock µs of one vector-env
       ``step()`` in physics (every cluster's slice, reading the states back) and task math (the
-      rest), from the env's ``step_latency`` (:class:`~unilab_gym.metrics.StepLatency`);
+      rest), from the env's ``step_latency`` (:class:`~unilab_gym.latency.StepLatency`);
     - ``unilab/episodes_terminated``, ``unilab/episodes_truncated``: episodes finished so far.
 
     The keys are those ``AsyncRunner`` logs (README, "Pipeline metrics"). The episode counts are
@@ -310,7 +314,7 @@ class EnvMetricsCallback(BaseCallback):
         return True
 
     def _on_rollout_end(self) -> None:
-        from unilab_gym.metrics import StepLatency, mean_latency_us
+        from unilab_gym.latency import StepLatency, mean_latency_us
 
         dt = max(time.monotonic() - self._t, 1e-9)
         delta = self._latency.data - self._data

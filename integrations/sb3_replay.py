@@ -37,6 +37,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 from unilab_gym.replay import ReplayLayout, ReplayStorage
 from unilab_gym.replay.storage import ReplayHandle
 from unilab_gym.replay.torch_sampler import TorchSampler
+from unilab_gym.validation import REAL_DTYPE_KINDS, check_positive_int, check_real_array
 
 try:
     import psutil
@@ -84,16 +85,6 @@ def _check_action_space(space: spaces.Space) -> None:
         f"SharedReplayBuffer stores actions as float32 and supports Box, Discrete, MultiDiscrete "
         f"and MultiBinary action spaces whose values float32 holds exactly (|a| <= 2**24), got {space}"
     )
-
-
-_REAL_KINDS = frozenset("biuf")
-
-
-def _real(name: str, value: Any) -> np.ndarray:
-    arr = value if type(value) is np.ndarray else np.asarray(value)
-    if arr.dtype.kind not in _REAL_KINDS:
-        raise ValueError(f"{name} must hold real numbers (bool, int or float), got dtype {arr.dtype}")
-    return arr
 
 
 class SharedReplayBuffer(ReplayBuffer):
@@ -145,10 +136,8 @@ class SharedReplayBuffer(ReplayBuffer):
             )
         _check_observation_space(observation_space)
         _check_action_space(action_space)
-        if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
-            raise ValueError(f"n_envs must be a positive int, got {n_envs!r}")
-        if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 1:
-            raise ValueError(f"buffer_size must be a positive int, got {buffer_size!r}")
+        n_envs = check_positive_int("n_envs", n_envs)
+        buffer_size = check_positive_int("buffer_size", buffer_size)
         self._storage: ReplayStorage | None = None
         self._sampler: TorchSampler | None = None
         self._staging = staging
@@ -223,9 +212,7 @@ class SharedReplayBuffer(ReplayBuffer):
     @pos.setter
     def pos(self, value: int) -> None:
         if self._storage is not None and value != self.pos:
-            raise AttributeError(
-                "SharedReplayBuffer.pos is derived from the shared committed counter; use reset()"
-            )
+            raise AttributeError("SharedReplayBuffer.pos is derived from the shared committed counter; use reset()")
 
     @property
     def full(self) -> bool:
@@ -237,9 +224,7 @@ class SharedReplayBuffer(ReplayBuffer):
     @full.setter
     def full(self, value: bool) -> None:
         if self._storage is not None and bool(value) != self.full:
-            raise AttributeError(
-                "SharedReplayBuffer.full is derived from the shared committed counter; use reset()"
-            )
+            raise AttributeError("SharedReplayBuffer.full is derived from the shared committed counter; use reset()")
 
     def size(self) -> int:
         """Steps stored, as SB3: ``buffer_size`` once full, else ``pos``."""
@@ -274,7 +259,7 @@ class SharedReplayBuffer(ReplayBuffer):
         :param infos: ``n_envs`` dicts; ``info["TimeLimit.truncated"]`` marks time-limit ends.
         :raises ValueError: on a wrong shape, dtype or ``infos`` length; nothing is written.
         """
-        n, real = self.n_envs, _REAL_KINDS
+        n, real = self.n_envs, REAL_DTYPE_KINDS
         # fast path: numpy arrays of exactly SB3's shapes; anything else goes through the checks
         if not (type(obs) is np.ndarray and obs.shape == self._obs_rows_shape and obs.dtype.kind in real):
             obs = self._obs_rows("obs", obs)
@@ -303,14 +288,14 @@ class SharedReplayBuffer(ReplayBuffer):
         self._storage.add(obs, next_obs, action, reward, terminated, truncated, validate=False)
 
     def _obs_rows(self, name: str, value: Any) -> np.ndarray:
-        arr = _real(name, value)
+        arr = check_real_array(name, value)
         n = self.n_envs
         if arr.shape != self._obs_batch_shape and not (n == 1 and arr.shape == self.obs_shape):
             raise ValueError(f"{name} must have shape {self._obs_batch_shape}, got {arr.shape}")
         return arr.reshape(self._obs_rows_shape)
 
     def _action_rows(self, value: Any) -> np.ndarray:
-        arr = _real("action", value)
+        arr = check_real_array("action", value)
         if arr.size != self.n_envs * self.action_dim:  # SB3 reshapes any layout of that size
             raise ValueError(
                 f"action must hold n_envs * action_dim = {self.n_envs * self.action_dim} values "
@@ -319,7 +304,7 @@ class SharedReplayBuffer(ReplayBuffer):
         return arr.reshape(self._act_rows_shape)
 
     def _vector(self, name: str, value: Any) -> np.ndarray:
-        arr = _real(name, value)
+        arr = check_real_array(name, value)
         if arr.size != self.n_envs or arr.ndim > 2:
             raise ValueError(f"{name} must have shape ({self.n_envs},), got {arr.shape}")
         return arr.reshape(self.n_envs)

@@ -39,7 +39,7 @@ from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
 from unilab_gym.replay import ReplayHandle, ReplayLayout, ReplayStorage
 from unilab_gym.vector_env import UniLabVectorEnv
 
-__all__ = ["TianshouVectorEnv", "SharedVectorReplayBuffer", "make_tianshou_env"]
+__all__ = ["SharedVectorReplayBuffer", "TianshouVectorEnv", "make_tianshou_env"]
 
 
 def _object_array(items: Sequence[Any]) -> np.ndarray:
@@ -285,7 +285,9 @@ def make_tianshou_env(env_id: str, num_envs: int, seed: int | None = None, **env
         TypeError: ``env_id`` does not make a ``UniLabVectorEnv``.
         ValueError: invalid env arguments (raised by the env, naming the argument).
     """
-    venv = make_unilab_vector_env(env_id, num_envs, "make_tianshou_env", "tianshou.env.DummyVectorEnv / SubprocVectorEnv", **env_kwargs)
+    venv = make_unilab_vector_env(
+        env_id, num_envs, "make_tianshou_env", "tianshou.env.DummyVectorEnv / SubprocVectorEnv", **env_kwargs
+    )
     envs = TianshouVectorEnv(venv)
     if seed is not None:
         envs.seed(seed)

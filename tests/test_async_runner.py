@@ -17,18 +17,22 @@ import psutil
 import pytest
 
 pytest.importorskip("stable_baselines3")
-import torch  # noqa: E402
-from stable_baselines3 import A2C, PPO, SAC, TD3  # noqa: E402
-from stable_baselines3.common.buffers import RolloutBuffer  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EvalCallback, StopTrainingOnRewardThreshold  # noqa: E402
+import torch
+from stable_baselines3 import A2C, PPO, SAC, TD3
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import (
+    BaseCallback,
+    CheckpointCallback,
+    EvalCallback,
+    StopTrainingOnRewardThreshold,
+)
 
-import unilab_gym  # noqa: E402
-from unilab_gym import AsyncRunner, CollectorError, SharedReplayBuffer  # noqa: E402
-from unilab_gym.runtime.rollout import RolloutStorage  # noqa: E402
-from unilab_gym.runtime.weights import SharedWeights  # noqa: E402
+from unilab_gym import AsyncRunner, CollectorError, SharedReplayBuffer
+from unilab_gym.runtime.rollout import RolloutStorage
+from unilab_gym.runtime.weights import SharedWeights
 
 sys.path.insert(0, os.path.dirname(__file__))
-import _runner_envs  # noqa: E402
+import _runner_envs
 
 ID = "UniLab/Quadruped-v0"
 SMALL_ENV = dict(max_episode_steps=20, envs_per_cluster=4)
@@ -110,7 +114,9 @@ class Recorder(BaseCallback):
 def test_sac_learns_with_exact_replay_ratio_and_stats(tmp_path):
     model = make_sac(learning_starts=200, train_freq=1, gradient_steps=1)
     rec = Recorder()
-    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV, replay_ratio=0.25) as runner:
+    with AsyncRunner(
+        model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV, replay_ratio=0.25
+    ) as runner:
         assert runner.replay_ratio == 0.25
         runner.learn(1200, callback=rec, log_interval=1)
         pids = runner.collector_pids
@@ -151,9 +157,18 @@ def test_td3_trains_and_backpressure_bounds_collectors():
     from unilab_gym.integrations.sb3 import make_sb3_env
 
     env = make_sb3_env(ID, 1, seed=0, **SMALL_ENV)
-    model = TD3("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, learning_starts=100, seed=1,
-                action_noise=NormalActionNoise(np.zeros(12), 0.1 * np.ones(12)), **fast())
-    with AsyncRunner(model, env_fn=_runner_envs.quadruped, num_collectors=2, envs_per_collector=4, replay_ratio=1.0) as runner:
+    model = TD3(
+        "MlpPolicy",
+        env,
+        replay_buffer_class=SharedReplayBuffer,
+        learning_starts=100,
+        seed=1,
+        action_noise=NormalActionNoise(np.zeros(12), 0.1 * np.ones(12)),
+        **fast(),
+    )
+    with AsyncRunner(
+        model, env_fn=_runner_envs.quadruped, num_collectors=2, envs_per_collector=4, replay_ratio=1.0
+    ) as runner:
         runner.learn(600)
         produced = runner._control.total_transitions()
     assert model._n_updates == 600 - 100
@@ -200,7 +215,7 @@ def _publisher(handle, versions, ready):
     # an attacher may not publish in real use; here a child plays the learner to race the reader
     ready.wait()
     for v in range(2, versions + 1):
-        weights._header[0]  # noqa: B018
+        weights._header[0]
         k = v % 2
         weights._header[2 + k] += 1
         weights._buffers[k][:] = v
@@ -241,7 +256,15 @@ def test_policy_lag_is_bounded_and_logged(tmp_path):
             lags.append(runner.policy_lag())
             return True
 
-    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV, max_policy_lag=1, replay_ratio=0.5) as runner:
+    with AsyncRunner(
+        model,
+        env_id=ID,
+        num_collectors=2,
+        envs_per_collector=4,
+        env_kwargs=SMALL_ENV,
+        max_policy_lag=1,
+        replay_ratio=0.5,
+    ) as runner:
         runner.learn(500, callback=Lag(), log_interval=1)
     assert max(lags) <= 1
     header = open(tmp_path / "progress.csv").readline()
@@ -251,7 +274,16 @@ def test_policy_lag_is_bounded_and_logged(tmp_path):
 
 
 # --------------------------------------------------------------------------- on-policy: rollouts, GAE, lag
-ROLLOUT_FIELDS = ["observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns"]
+ROLLOUT_FIELDS = [
+    "observations",
+    "actions",
+    "rewards",
+    "episode_starts",
+    "values",
+    "log_probs",
+    "advantages",
+    "returns",
+]
 
 
 class RolloutRecorder(BaseCallback):
@@ -283,9 +315,12 @@ def test_returns_and_advantages_equal_sb3_for_the_same_rollout_data():
     storage = RolloutStorage.create(n_steps, n_envs, (3,), 2, num_collectors=1)
     slot = 1
     data = {
-        "observations": rng.normal(size=(n_steps, n_envs, 3)), "actions": rng.normal(size=(n_steps, n_envs, 2)),
-        "rewards": rng.normal(size=(n_steps, n_envs)), "episode_starts": rng.random((n_steps, n_envs)) < 0.3,
-        "values": rng.normal(size=(n_steps, n_envs)), "log_probs": rng.normal(size=(n_steps, n_envs)),
+        "observations": rng.normal(size=(n_steps, n_envs, 3)),
+        "actions": rng.normal(size=(n_steps, n_envs, 2)),
+        "rewards": rng.normal(size=(n_steps, n_envs)),
+        "episode_starts": rng.random((n_steps, n_envs)) < 0.3,
+        "values": rng.normal(size=(n_steps, n_envs)),
+        "log_probs": rng.normal(size=(n_steps, n_envs)),
     }
     data["episode_starts"][0] = True
     for name, value in data.items():
@@ -299,8 +334,14 @@ def test_returns_and_advantages_equal_sb3_for_the_same_rollout_data():
     theirs = RolloutBuffer(n_steps, obs_space, act_space, gamma=0.9, gae_lambda=0.8, n_envs=n_envs)
     f32 = {k: np.asarray(v, np.float32) for k, v in data.items()}
     for t in range(n_steps):  # what SB3's collect_rollouts does
-        theirs.add(f32["observations"][t], f32["actions"][t], f32["rewards"][t], f32["episode_starts"][t],
-                   torch.as_tensor(f32["values"][t]), torch.as_tensor(f32["log_probs"][t]))
+        theirs.add(
+            f32["observations"][t],
+            f32["actions"][t],
+            f32["rewards"][t],
+            f32["episode_starts"][t],
+            torch.as_tensor(f32["values"][t]),
+            torch.as_tensor(f32["log_probs"][t]),
+        )
     theirs.compute_returns_and_advantage(last_values=torch.as_tensor(last_values), dones=last_dones)
     for name in ROLLOUT_FIELDS:
         np.testing.assert_array_equal(getattr(ours, name), getattr(theirs, name), err_msg=name)
@@ -320,7 +361,9 @@ def test_ppo_one_collector_lag0_equals_stock_sb3_bit_for_bit_and_reruns_identica
 
     def make():
         env = make_sb3_env(ID, 8, seed=3, **env_kwargs)
-        return PPO("MlpPolicy", env, n_steps=32, batch_size=64, n_epochs=2, seed=3, policy_kwargs=dict(net_arch=[32, 32]))
+        return PPO(
+            "MlpPolicy", env, n_steps=32, batch_size=64, n_epochs=2, seed=3, policy_kwargs=dict(net_arch=[32, 32])
+        )
 
     stock, stock_rec = make(), RolloutRecorder()
     torch.manual_seed(3)  # the collector seeds torch with seed + 0 before its first action
@@ -351,13 +394,17 @@ def test_on_policy_two_collectors_callbacks_logs_and_behaviour_policy(tmp_path, 
     model.set_logger(configure(str(tmp_path), ["csv"]))
     rec = RolloutRecorder()
     rollouts = 5
-    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV, max_policy_lag=lag) as runner:
+    with AsyncRunner(
+        model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV, max_policy_lag=lag
+    ) as runner:
         runner.learn(rollouts * 16 * 8 - 3, callback=rec)  # SB3 rounds up to whole rollouts
     assert model.num_timesteps == rollouts * 16 * 8
     # SB3's order: on_rollout_start, on_step once per vector step (num_timesteps += n_envs), on_rollout_end
     expected = []
     for k in range(rollouts):
-        expected += [("start", k * 128)] + [("step", k * 128 + 8 * (t + 1)) for t in range(16)] + [("end", (k + 1) * 128)]
+        expected += (
+            [("start", k * 128)] + [("step", k * 128 + 8 * (t + 1)) for t in range(16)] + [("end", (k + 1) * 128)]
+        )
     assert rec.events == expected
     assert model._n_updates == rollouts * (model.n_epochs if algo is PPO else 1)
     assert len(model.ep_info_buffer) > 0 and all(e["l"] == 20 for e in model.ep_info_buffer)
@@ -402,8 +449,13 @@ def test_collector_failure_during_a_long_train_is_reported_within_1s(tmp_path):
 
     # collectors fail on their first step once the learner is training on rollout 0: the slowest
     # collector is then collecting rollout 1 (lag 1), so at least one fails during that train()
-    env_fn = functools.partial(_runner_envs.failing_quadruped, fail_at=-1, stamp_path=stamp, trigger_path=str(training),
-                               autoreset_mode="SameStep")
+    env_fn = functools.partial(
+        _runner_envs.failing_quadruped,
+        fail_at=-1,
+        stamp_path=stamp,
+        trigger_path=str(training),
+        autoreset_mode="SameStep",
+    )
     runner = AsyncRunner(model, env_fn=env_fn, num_collectors=2, envs_per_collector=2, max_policy_lag=1)
     with pytest.raises(CollectorError, match="raised an exception"):
         runner.learn(100_000, callback=AnnounceTraining())
@@ -502,7 +554,7 @@ def test_saved_model_loads_without_unilab_gym(tmp_path, family):
         import sys, numpy as np
         sys.modules["unilab_gym"] = None  # importing it now fails
         from stable_baselines3 import {type(model).__name__} as Algo
-        m = Algo.load({str(tmp_path / 'model.zip')!r}, device="cpu")
+        m = Algo.load({str(tmp_path / "model.zip")!r}, device="cpu")
         print(repr(m.predict(np.zeros((1, 48), np.float32), deterministic=True)[0].tolist()))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -644,10 +696,28 @@ def test_close_is_idempotent_and_context_manager_closes(family):
 def test_train_ppo_async_example_trains_and_saves(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run(
-        [sys.executable, os.path.join(root, "examples", "train_ppo_async.py"), "--total-steps", "1024",
-         "--num-collectors", "2", "--envs-per-collector", "4", "--n-steps", "32", "--max-episode-steps", "50",
-         "--seed", "1", "--save-path", str(tmp_path / "ppo"), "--no-progress"],
-        capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            os.path.join(root, "examples", "train_ppo_async.py"),
+            "--total-steps",
+            "1024",
+            "--num-collectors",
+            "2",
+            "--envs-per-collector",
+            "4",
+            "--n-steps",
+            "32",
+            "--max-episode-steps",
+            "50",
+            "--seed",
+            "1",
+            "--save-path",
+            str(tmp_path / "ppo"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "unilab/" in out.stdout and "policy_lag" in out.stdout and "ep_rew_mean" in out.stdout

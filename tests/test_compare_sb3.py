@@ -9,10 +9,21 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-ENV = ["raw pybullet (physics limit)", "UniLabVectorEnv (1 process)", "AsyncRunner collectors (2 processes)",
-       "SB3 DummyVecEnv", "SB3 SubprocVecEnv (2 workers)", "gymnasium AsyncVectorEnv (2 workers)"]
+ENV = [
+    "raw pybullet (physics limit)",
+    "UniLabVectorEnv (1 process)",
+    "AsyncRunner collectors (2 processes)",
+    "SB3 DummyVecEnv",
+    "SB3 SubprocVecEnv (2 workers)",
+    "gymnasium AsyncVectorEnv (2 workers)",
+]
 SAC = ["stock SB3 SAC", "SB3 SAC + SharedReplayBuffer", "AsyncRunner SAC (2 collectors)"]
-PPO = ["stock SB3 PPO (1 process)", "stock SB3 PPO (SubprocVecEnv)", "AsyncRunner PPO (lag 0)", "AsyncRunner PPO (lag 1)"]
+PPO = [
+    "stock SB3 PPO (1 process)",
+    "stock SB3 PPO (SubprocVecEnv)",
+    "AsyncRunner PPO (lag 0)",
+    "AsyncRunner PPO (lag 1)",
+]
 REPLAY = ["sb3", "shared", "tianshou"]
 
 
@@ -20,7 +31,9 @@ REPLAY = ["sb3", "shared", "tianshou"]
 def test_smoke_mode_writes_every_configuration(tmp_path):
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "compare_sb3.py"), "--smoke", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "compare_sb3.json").read_text())

@@ -23,7 +23,9 @@ def env_actions(env_index: int, steps: int) -> np.ndarray:
     return np.random.default_rng(10_000 + env_index).uniform(-1, 1, (steps, 12))
 
 
-def rollout(num_envs, envs_per_cluster, steps, autoreset_mode="NextStep", neighbour_reset_every=None, keep=None, seed=SEED, **kw):
+def rollout(
+    num_envs, envs_per_cluster, steps, autoreset_mode="NextStep", neighbour_reset_every=None, keep=None, seed=SEED, **kw
+):
     """Run a vector env; return per-env lists of (obs, reward, terminated, truncated) arrays."""
     env = UniLabVectorEnv(num_envs, envs_per_cluster=envs_per_cluster, autoreset_mode=autoreset_mode, **{**TASK, **kw})
     noise = np.random.default_rng(7)
@@ -131,7 +133,10 @@ def test_repeated_runs_in_fresh_processes_are_identical():
     import os
 
     code = _DIGEST.format(path=os.path.dirname(__file__))
-    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() for _ in range(2)}
+    digests = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        for _ in range(2)
+    }
     local = rollout(5, 2, 40)
     digests.add(hashlib.sha256(b"".join(np.ascontiguousarray(v).tobytes() for v in local.values())).hexdigest())
     assert len(digests) == 1

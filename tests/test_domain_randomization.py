@@ -7,12 +7,13 @@ import gymnasium as gym
 import numpy as np
 import pybullet as p
 import pytest
-
 from test_determinism import alone, assert_same, rollout
+
 from unilab_gym import UniLabVectorEnv
 from unilab_gym.randomization import NOMINAL, PARAMETER_NAMES, DomainRandomization
 from unilab_gym.sim import a1
-from unilab_gym.trace import read_jsonl, replay_env
+from unilab_gym.trace import read_jsonl
+from unilab_gym.vector_env import replay_env
 
 FULL_DR = {
     "friction": (0.3, 1.2),
@@ -150,8 +151,16 @@ def test_bad_episode_seed_option_raises(make):
 
 # --------------------------------------------------------------------------- physics of each parameter
 def test_friction_mass_and_gains_applied_to_that_robot_only(make):
-    env = make(3, domain_randomization={"friction": (0.3, 1.2), "added_mass": (-1.0, 3.0), "kp_factor": (0.5, 2.0),
-                                        "kd_factor": (0.5, 2.0), "motor_strength": (0.5, 1.0)})
+    env = make(
+        3,
+        domain_randomization={
+            "friction": (0.3, 1.2),
+            "added_mass": (-1.0, 3.0),
+            "kp_factor": (0.5, 2.0),
+            "kd_factor": (0.5, 2.0),
+            "motor_strength": (0.5, 1.0),
+        },
+    )
     _, info = env.reset(seed=1)
     prm = info["parameters"]
     nominal = make(1)
@@ -296,8 +305,13 @@ def test_trace_records_every_finished_episode(make):
 
 
 def test_third_episode_of_env_5_of_16_replays_bit_for_bit_alone(make, tmp_path):
-    env = make(16, envs_per_cluster=8, domain_randomization=FULL_DR, max_episode_steps=25,
-               termination={"min_base_height": 0.24})
+    env = make(
+        16,
+        envs_per_cluster=8,
+        domain_randomization=FULL_DR,
+        max_episode_steps=25,
+        termination={"min_base_height": 0.24},
+    )
     log = _run_recording(env, 90, np.random.default_rng(1))
     path = env.save_parameter_trace(tmp_path / "trace.jsonl")
     header, records = read_jsonl(path)
@@ -336,8 +350,9 @@ def test_read_jsonl_rejects_other_files(tmp_path):
 
 
 def test_reset_info_and_single_env():
-    env = gym.make("UniLab/Quadruped-v0", domain_randomization={"friction": (0.3, 0.4)},
-                   termination={"min_base_height": 0.5})  # spawn height 0.32 < 0.5: falls at once
+    env = gym.make(
+        "UniLab/Quadruped-v0", domain_randomization={"friction": (0.3, 0.4)}, termination={"min_base_height": 0.5}
+    )  # spawn height 0.32 < 0.5: falls at once
     _, info = env.reset(seed=0)
     assert 0.3 <= info["parameters"]["friction"] <= 0.4 and isinstance(info["episode_seed"], int)
     _, _, terminated, _, _ = env.step(np.zeros(12))

@@ -4,7 +4,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,7 +13,10 @@ EXAMPLES = ROOT / "examples"
 def _run(script, *args, timeout=240):
     proc = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *map(str, args)],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
@@ -22,8 +24,22 @@ def _run(script, *args, timeout=240):
 
 @pytest.mark.slow
 def test_sac_sb3_trains_saves_and_plays(tmp_path):
-    out = _run("train_sac_sb3.py", "--total-steps", 600, "--num-envs", 4, "--learning-starts", 200, "--gradient-steps", 1,
-               "--seed", 1, "--save-path", tmp_path / "sac", "--no-progress")
+    out = _run(
+        "train_sac_sb3.py",
+        "--total-steps",
+        600,
+        "--num-envs",
+        4,
+        "--learning-starts",
+        200,
+        "--gradient-steps",
+        1,
+        "--seed",
+        1,
+        "--save-path",
+        tmp_path / "sac",
+        "--no-progress",
+    )
     assert (tmp_path / "sac.zip").exists() and "saved" in out
     from stable_baselines3 import SAC
 
@@ -40,8 +56,20 @@ def test_sac_sb3_trains_saves_and_plays(tmp_path):
 
 @pytest.mark.slow
 def test_ppo_sb3_trains_saves_and_plays_with_normalization(tmp_path):
-    _run("train_ppo_sb3.py", "--total-steps", 512, "--num-envs", 4, "--n-steps", 32, "--seed", 1,
-         "--save-path", tmp_path / "ppo", "--no-progress")
+    _run(
+        "train_ppo_sb3.py",
+        "--total-steps",
+        512,
+        "--num-envs",
+        4,
+        "--n-steps",
+        32,
+        "--seed",
+        1,
+        "--save-path",
+        tmp_path / "ppo",
+        "--no-progress",
+    )
     assert (tmp_path / "ppo.zip").exists() and (tmp_path / "ppo_vecnormalize.pkl").exists()
     out = _run("play.py", tmp_path / "ppo.zip", "--steps", 5, "--out", tmp_path / "ppo.mp4")
     assert (tmp_path / "ppo.mp4").stat().st_size > 0 and "6 frames" in out
@@ -49,9 +77,26 @@ def test_ppo_sb3_trains_saves_and_plays_with_normalization(tmp_path):
 
 @pytest.mark.slow
 def test_sac_tianshou_trains_with_shared_buffer_and_saves(tmp_path):
-    out = _run("train_sac_tianshou.py", "--total-steps", 400, "--num-envs", 4, "--test-envs", 2,
-               "--epochs", 1, "--start-steps", 200, "--max-episode-steps", 30, "--seed", 1,
-               "--save-path", tmp_path / "sac.pt", "--no-progress")
+    out = _run(
+        "train_sac_tianshou.py",
+        "--total-steps",
+        400,
+        "--num-envs",
+        4,
+        "--test-envs",
+        2,
+        "--epochs",
+        1,
+        "--start-steps",
+        200,
+        "--max-episode-steps",
+        30,
+        "--seed",
+        1,
+        "--save-path",
+        tmp_path / "sac.pt",
+        "--no-progress",
+    )
     assert "saved" in out and "gradient steps" in out
     import torch
 
@@ -60,15 +105,30 @@ def test_sac_tianshou_trains_with_shared_buffer_and_saves(tmp_path):
 
 
 def test_play_rejects_missing_model(tmp_path):
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "play.py"), tmp_path / "nope.zip"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "play.py"), tmp_path / "nope.zip"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode != 0 and "no model" in proc.stderr
 
 
 @pytest.mark.slow
 def test_sac_async_trains_saves_and_plays(tmp_path):
-    out = _run("train_sac_async.py", "--total-steps", 600, "--envs-per-collector", 4, "--learning-starts", 200,
-               "--replay-ratio", 0.25, "--seed", 2, "--save-path", tmp_path / "sac_async", "--no-progress")
+    out = _run(
+        "train_sac_async.py",
+        "--total-steps",
+        600,
+        "--envs-per-collector",
+        4,
+        "--learning-starts",
+        200,
+        "--replay-ratio",
+        0.25,
+        "--seed",
+        2,
+        "--save-path",
+        tmp_path / "sac_async",
+        "--no-progress",
+    )
     assert (tmp_path / "sac_async.zip").exists() and "saved" in out
     from stable_baselines3 import SAC
 

@@ -18,16 +18,16 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 pytest.importorskip("prometheus_client")
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
-from stable_baselines3.common.logger import configure  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import configure
 
-from unilab_gym import AsyncRunner, CollectorError, UniLabVectorEnv  # noqa: E402
-from unilab_gym.metrics import LATENCY_BUCKETS_US, LatencyHistogram, StepLatency  # noqa: E402
-from unilab_gym.runtime.metrics import LEARNER_PHASES, METRICS  # noqa: E402
+from unilab_gym import AsyncRunner, CollectorError, UniLabVectorEnv
+from unilab_gym.latency import LATENCY_BUCKETS_US, LatencyHistogram, StepLatency
+from unilab_gym.runtime.metrics import LEARNER_PHASES, METRICS
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_async_runner import ID, SMALL_ENV, assert_no_children, fast, make_model, make_sac, release, runner_segments  # noqa: E402
+from test_async_runner import ID, SMALL_ENV, assert_no_children, fast, make_model, make_sac, release, runner_segments
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -112,8 +112,15 @@ def test_prometheus_endpoint_serves_every_metric_during_a_run_and_releases_the_p
                 scraped.update(scrape(runner.metrics_url))
             return True
 
-    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV,
-                     replay_ratio=0.25, metrics_port=0) as runner:
+    with AsyncRunner(
+        model,
+        env_id=ID,
+        num_collectors=2,
+        envs_per_collector=4,
+        env_kwargs=SMALL_ENV,
+        replay_ratio=0.25,
+        metrics_port=0,
+    ) as runner:
         url = runner.metrics_url
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         assert url.startswith("http://127.0.0.1:") and not port_is_free(port)
@@ -138,7 +145,9 @@ def test_prometheus_endpoint_serves_every_metric_during_a_run_and_releases_the_p
     sums = values(step, "_sum")
     for key, count in counts.items():
         labels = dict(key)
-        buckets = [s for s in step.samples if s.name.endswith("_bucket") and all(s.labels[k] == v for k, v in labels.items())]
+        buckets = [
+            s for s in step.samples if s.name.endswith("_bucket") and all(s.labels[k] == v for k, v in labels.items())
+        ]
         cum = [b.value for b in buckets]
         assert cum == sorted(cum) and buckets[-1].labels["le"] == "+Inf" and cum[-1] == count > 0
         assert 1 < sums[key] / count < 1e6  # between 1 µs and 1 s per step
@@ -172,7 +181,9 @@ def test_ipv6_loopback_url_has_brackets():
     except OSError:
         pytest.skip("no IPv6 loopback")
     model = make_sac()
-    with AsyncRunner(model, env_id=ID, num_collectors=1, envs_per_collector=2, metrics_port=0, metrics_addr="::1") as runner:
+    with AsyncRunner(
+        model, env_id=ID, num_collectors=1, envs_per_collector=2, metrics_port=0, metrics_addr="::1"
+    ) as runner:
         assert runner.metrics_url.startswith("http://[::1]:")
         assert "unilab_policy_version" in urllib.request.urlopen(runner.metrics_url, timeout=5).read().decode()
     release(model)
@@ -200,12 +211,18 @@ def test_a_port_in_use_is_a_clear_error_and_leaks_nothing():
     release(model)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(metrics_port=-1), "metrics_port"), (dict(metrics_port=70_000), "metrics_port"),
-    (dict(metrics_port="9100"), "metrics_port"), (dict(max_collector_restarts=-1), "max_collector_restarts"),
-    (dict(max_collector_restarts=1.5), "max_collector_restarts"), (dict(metrics_addr=None), "metrics_addr"),
-    (dict(metrics_addr=""), "metrics_addr"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(metrics_port=-1), "metrics_port"),
+        (dict(metrics_port=70_000), "metrics_port"),
+        (dict(metrics_port="9100"), "metrics_port"),
+        (dict(max_collector_restarts=-1), "max_collector_restarts"),
+        (dict(max_collector_restarts=1.5), "max_collector_restarts"),
+        (dict(metrics_addr=None), "metrics_addr"),
+        (dict(metrics_addr=""), "metrics_addr"),
+    ],
+)
 def test_bad_metrics_and_restart_arguments(kwargs, match):
     model = make_sac()
     with pytest.raises(ValueError, match=match):
@@ -215,14 +232,33 @@ def test_bad_metrics_and_restart_arguments(kwargs, match):
 
 # --------------------------------------------------------------------------- SB3 logger
 LOGGER_KEYS = [
-    "unilab/env_steps", "unilab/env_steps_per_s", "unilab/env_steps_per_s/c0", "unilab/env_steps_per_s/c1",
-    "unilab/step_physics_us", "unilab/step_task_us", "unilab/weight_sync_us", "unilab/policy_version",
-    "unilab/policy_lag_mean", "unilab/policy_lag_max", "unilab/grad_steps", "unilab/grad_steps_per_s",
-    "unilab/learner_wait_for_data_frac", "unilab/learner_train_frac", "unilab/learner_publish_weights_frac",
-    "unilab/collector_restarts", "unilab/collector_errors", "unilab/episodes_terminated", "unilab/episodes_truncated",
+    "unilab/env_steps",
+    "unilab/env_steps_per_s",
+    "unilab/env_steps_per_s/c0",
+    "unilab/env_steps_per_s/c1",
+    "unilab/step_physics_us",
+    "unilab/step_task_us",
+    "unilab/weight_sync_us",
+    "unilab/policy_version",
+    "unilab/policy_lag_mean",
+    "unilab/policy_lag_max",
+    "unilab/grad_steps",
+    "unilab/grad_steps_per_s",
+    "unilab/learner_wait_for_data_frac",
+    "unilab/learner_train_frac",
+    "unilab/learner_publish_weights_frac",
+    "unilab/collector_restarts",
+    "unilab/collector_errors",
+    "unilab/episodes_terminated",
+    "unilab/episodes_truncated",
 ]
-REPLAY_KEYS = ["unilab/replay_size", "unilab/replay_committed", "unilab/replay_write_per_s", "unilab/replay_sample_per_s",
-               "unilab/replay_ratio"]
+REPLAY_KEYS = [
+    "unilab/replay_size",
+    "unilab/replay_committed",
+    "unilab/replay_write_per_s",
+    "unilab/replay_sample_per_s",
+    "unilab/replay_ratio",
+]
 
 
 @pytest.mark.parametrize("family", ["sac", "ppo"])
@@ -265,16 +301,27 @@ def test_a_sigkilled_collector_is_restarted_and_counted(tmp_path, family):
                 os.kill(killed[0], signal.SIGKILL)
             return True
 
-    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV,
-                     max_collector_restarts=1, metrics_port=0) as runner:
-        with pytest.warns(RuntimeWarning, match=r"collector 1 .*signal 9.*restarting it \(1 of max_collector_restarts=1\)"):
+    with AsyncRunner(
+        model,
+        env_id=ID,
+        num_collectors=2,
+        envs_per_collector=4,
+        env_kwargs=SMALL_ENV,
+        max_collector_restarts=1,
+        metrics_port=0,
+    ) as runner:
+        with pytest.warns(
+            RuntimeWarning, match=r"collector 1 .*signal 9.*restarting it \(1 of max_collector_restarts=1\)"
+        ):
             runner.learn(1024, callback=Killer(), log_interval=1)
         assert model.num_timesteps >= 1024
         assert runner.collector_pids[1] != killed[0] and psutil.pid_exists(runner.collector_pids[1])
         assert runner.metrics.collector_restarts == 1 and runner.metrics.collector_errors == 1
         text = urllib.request.urlopen(runner.metrics_url, timeout=5).read().decode()
         assert "unilab_collector_restarts_total 1.0" in text and "unilab_collector_errors_total 1.0" in text
-        lag = next(float(line.split()[-1]) for line in text.splitlines() if line.startswith("unilab_policy_lag_versions "))
+        lag = next(
+            float(line.split()[-1]) for line in text.splitlines() if line.startswith("unilab_policy_lag_versions ")
+        )
         assert lag <= runner.max_policy_lag
         # the next fault is one too many: it raises
         segments = runner_segments(runner)
@@ -292,14 +339,16 @@ def test_a_sigkilled_collector_is_restarted_and_counted(tmp_path, family):
 def test_a_script_without_main_guard_fails_fast_with_the_fix(tmp_path):
     """Spawned collectors re-import the script; without the guard they fail while starting, and the learner says why."""
     script = tmp_path / "no_guard.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {os.path.join(ROOT, 'tests')!r})
+        sys.path.insert(0, {os.path.join(ROOT, "tests")!r})
         from test_async_runner import make_sac, ID, SMALL_ENV
         from unilab_gym import AsyncRunner
         model = make_sac()
         AsyncRunner(model, env_id=ID, num_collectors=1, envs_per_collector=2, env_kwargs=SMALL_ENV).learn(10_000)
-    """))
+    """)
+    )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "CollectorError" in out.stderr and "exited while starting" in out.stderr
@@ -327,7 +376,9 @@ def test_env_metrics_callback_logs_the_env_side_figures_with_plain_sb3(tmp_path)
     assert float(rows[-1]["unilab/episodes_truncated"]) > 0
     env.close()
 
-    other = PPO("MlpPolicy", DummyVecEnv([lambda: __import__("gymnasium").make("Pendulum-v1")]), n_steps=16, batch_size=16)
+    other = PPO(
+        "MlpPolicy", DummyVecEnv([lambda: __import__("gymnasium").make("Pendulum-v1")]), n_steps=16, batch_size=16
+    )
     with pytest.raises(ValueError, match="EnvMetricsCallback needs a UniLab env"):
         other.learn(16, callback=EnvMetricsCallback())
 

@@ -13,8 +13,8 @@ import textwrap
 
 import numpy as np
 import pytest
-
 from _replay_workers import seeded_batch, uniform_rows
+
 from unilab_gym.replay import (
     MAX_SLOTS,
     ReplayClosedError,
@@ -503,10 +503,9 @@ def test_close_and_garbage_collection_unlink():
 
 
 def test_exception_inside_with_block_unlinks():
-    with pytest.raises(ZeroDivisionError):
-        with make() as s:
-            name = s.name
-            1 / 0
+    with pytest.raises(ZeroDivisionError), make() as s:
+        name = s.name
+        1 / 0
     assert not exists(name)
 
 

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from unilab_gym.robustness import AXIS_ALIASES, main, parse_grid, wilson_interval
+from unilab_gym.cli.robustness import AXIS_ALIASES, main, parse_grid, wilson_interval
 
 
 def test_parse_grid_values_and_alias():
@@ -75,8 +75,25 @@ def test_report_on_tiny_grid_then_replay_a_failure(fresh_ppo, tmp_path):
 
     out = tmp_path / "report"
     # kp_factor 0.1 leaves the PD too weak to hold the robot up: those cells fail, the others stand
-    main(["--model", str(fresh_ppo), "--algo", "ppo", "--episodes", "8", "--grid", "kp_factor=0.1:1:2,mass=-1:2:2",
-          "--max-episode-steps", "20", "--num-envs", "3", "--out", str(out), "--no-progress"])
+    main(
+        [
+            "--model",
+            str(fresh_ppo),
+            "--algo",
+            "ppo",
+            "--episodes",
+            "8",
+            "--grid",
+            "kp_factor=0.1:1:2,mass=-1:2:2",
+            "--max-episode-steps",
+            "20",
+            "--num-envs",
+            "3",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     results = json.loads((out / "results.json").read_text())
     assert results["vecnormalize"].endswith("model_vecnormalize.pkl")  # found next to the model
     assert len(results["episodes"]) == 8 and results["episodes_per_cell"] == 2
@@ -92,7 +109,10 @@ def test_report_on_tiny_grid_then_replay_a_failure(fresh_ppo, tmp_path):
         assert set(r["cell"]) == {"kp_factor", "added_mass"}
         assert r["parameters"]["kp_factor"] == r["cell"]["kp_factor"] and r["parameters"]["friction"] == 0.5
     # every cell sees the same episode seeds
-    seeds = {json.dumps(c["cell"]): sorted(r["episode_seed"] for r in results["episodes"] if r["cell"] == c["cell"]) for c in cells}
+    seeds = {
+        json.dumps(c["cell"]): sorted(r["episode_seed"] for r in results["episodes"] if r["cell"] == c["cell"])
+        for c in cells
+    }
     assert len({json.dumps(v) for v in seeds.values()}) == 1
 
     report = (out / "report.md").read_text()
@@ -113,8 +133,10 @@ def test_report_on_tiny_grid_then_replay_a_failure(fresh_ppo, tmp_path):
 
 
 def test_importing_the_module_stays_light():
-    code = ("import sys, unilab_gym.robustness; "
-            "print([m for m in ('torch', 'stable_baselines3', 'matplotlib') if m in sys.modules])")
+    code = (
+        "import sys, unilab_gym.cli.robustness; "
+        "print([m for m in ('torch', 'stable_baselines3', 'matplotlib') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -127,9 +149,25 @@ def test_train_ppo_dr_example_writes_model_stats_and_trace(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
-        [sys.executable, str(root / "examples" / "train_ppo_dr.py"), "--total-steps", "512", "--num-envs", "4",
-         "--n-steps", "64", "--seed", "1", "--save-path", str(tmp_path / "ppo_dr"), "--no-progress"],
-        cwd=root, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            str(root / "examples" / "train_ppo_dr.py"),
+            "--total-steps",
+            "512",
+            "--num-envs",
+            "4",
+            "--n-steps",
+            "64",
+            "--seed",
+            "1",
+            "--save-path",
+            str(tmp_path / "ppo_dr"),
+            "--no-progress",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "ppo_dr.zip").exists() and (tmp_path / "ppo_dr_vecnormalize.pkl").exists()

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
+from _replay_workers import seeded_batch
 from gymnasium import spaces
 from stable_baselines3 import DDPG, DQN, SAC, TD3
 from stable_baselines3.common.buffers import ReplayBuffer
@@ -20,7 +21,6 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 import unilab_gym
-from _replay_workers import seeded_batch
 from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
 from unilab_gym.replay import ReplayStorage
 
@@ -86,8 +86,13 @@ def test_optimize_memory_usage_is_refused_clearly():
     with pytest.raises(ValueError, match="optimize_memory_usage"):
         SharedReplayBuffer(100, BOX_OBS, BOX_ACT, optimize_memory_usage=True, handle_timeout_termination=False)
     with pytest.raises(ValueError, match="optimize_memory_usage"):
-        DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=SharedReplayBuffer, optimize_memory_usage=True,
-            replay_buffer_kwargs={"handle_timeout_termination": False})
+        DQN(
+            "MlpPolicy",
+            "CartPole-v1",
+            replay_buffer_class=SharedReplayBuffer,
+            optimize_memory_usage=True,
+            replay_buffer_kwargs={"handle_timeout_termination": False},
+        )
 
 
 @pytest.mark.parametrize(
@@ -252,8 +257,14 @@ def test_pos_and_full_are_derived_not_settable():
 
 # ---- saving / pickling --------------------------------------------------------------------------------
 def test_save_and_load_replay_buffer_round_trip(tmp_path):
-    model = SAC("MlpPolicy", "Pendulum-v1", buffer_size=30, learning_starts=10_000,
-                replay_buffer_class=SharedReplayBuffer, seed=0)
+    model = SAC(
+        "MlpPolicy",
+        "Pendulum-v1",
+        buffer_size=30,
+        learning_starts=10_000,
+        replay_buffer_class=SharedReplayBuffer,
+        seed=0,
+    )
     model.learn(45)  # wraps
     original = model.replay_buffer
     model.save_replay_buffer(tmp_path / "rb.pkl")
@@ -386,8 +397,21 @@ def test_example_trains_sac_on_the_quadruped_with_a_collector_process(tmp_path, 
     monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), "..", "examples"))
     import train_sac_shared_replay as example
 
-    args = ["--total-steps", "128", "--num-envs", "4", "--prefill", "64", "--gradient-steps", "1",
-            "--seed", "3", "--save-path", str(tmp_path / "model"), "--save-replay"]
+    args = [
+        "--total-steps",
+        "128",
+        "--num-envs",
+        "4",
+        "--prefill",
+        "64",
+        "--gradient-steps",
+        "1",
+        "--seed",
+        "3",
+        "--save-path",
+        str(tmp_path / "model"),
+        "--save-replay",
+    ]
     saved = example.main(args)
     model = SAC.load(saved)
     assert model.num_timesteps == 128 and model._n_updates > 0

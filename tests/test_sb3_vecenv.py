@@ -208,8 +208,15 @@ def test_headline_sac_with_shared_replay_stores_true_terminal_observations():
 
     n = 8
     env = make_sb3_env(ID, n, seed=0, max_episode_steps=20)
-    model = SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, learning_starts=64, batch_size=32,
-                seed=0, device="cpu")
+    model = SAC(
+        "MlpPolicy",
+        env,
+        replay_buffer_class=SharedReplayBuffer,
+        learning_starts=64,
+        batch_size=32,
+        seed=0,
+        device="cpu",
+    )
     model.learn(total_timesteps=40 * n)
     buf = model.replay_buffer
     assert isinstance(buf, SharedReplayBuffer) and buf.size() == 40 and model._n_updates > 0
@@ -229,8 +236,12 @@ def test_vec_video_recorder_records_env_zero(tmp_path):
     pytest.importorskip("moviepy")
     from stable_baselines3.common.vec_env import VecVideoRecorder
 
-    env = VecVideoRecorder(make_sb3_env(ID, 2, seed=0, render_mode="rgb_array"), str(tmp_path),
-                           record_video_trigger=lambda step: step == 0, video_length=5)
+    env = VecVideoRecorder(
+        make_sb3_env(ID, 2, seed=0, render_mode="rgb_array"),
+        str(tmp_path),
+        record_video_trigger=lambda step: step == 0,
+        video_length=5,
+    )
     env.reset()
     for _ in range(6):
         env.step(np.zeros((2, 12), np.float32))

@@ -39,7 +39,17 @@ def test_observation_layout_is_documented_and_filled_in_order():
     joint_pos = np.full((n, 12), 0.3)
     nominal = np.full((n, 12), 0.1)
     last_action = np.full((n, 12), -0.5)
-    task.observation(identity, np.ones((n, 3)), 2 * np.ones((n, 3)), command, joint_pos, nominal, 3 * np.ones((n, 12)), last_action, out)
+    task.observation(
+        identity,
+        np.ones((n, 3)),
+        2 * np.ones((n, 3)),
+        command,
+        joint_pos,
+        nominal,
+        3 * np.ones((n, 12)),
+        last_action,
+        out,
+    )
     L = task.OBS_LAYOUT
     np.testing.assert_allclose(out[:, slice(*L["base_lin_vel"])], 1.0)
     np.testing.assert_allclose(out[:, slice(*L["base_ang_vel"])], 2.0)

@@ -6,9 +6,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from tianshou.algorithm.modelfree.sac import SACPolicy
 from tianshou.data import Batch, Collector, ReplayBuffer, VectorReplayBuffer
 from tianshou.env import DummyVectorEnv
-from tianshou.algorithm.modelfree.sac import SACPolicy
 from tianshou.utils.net.common import Net
 from tianshou.utils.net.continuous import ContinuousActorProbabilistic
 

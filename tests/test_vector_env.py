@@ -7,7 +7,6 @@ import pytest
 from gymnasium.error import ClosedEnvironmentError, ResetNeeded
 from gymnasium.vector import AutoresetMode
 
-import unilab_gym
 from unilab_gym import QuadrupedEnv, UniLabVectorEnv
 from unilab_gym.tasks.quadruped import OBS_LAYOUT
 
@@ -88,7 +87,15 @@ def test_reset_obs_and_step_contents(make):
     assert reward.shape == (3,) and reward.dtype == np.float64
     assert term.dtype == np.bool_ and trunc.dtype == np.bool_
     terms = {k: v for k, v in info["reward_terms"].items() if not k.startswith("_")}
-    assert set(terms) == {"tracking_lin_vel", "tracking_ang_vel", "lin_vel_z", "ang_vel_xy", "torques", "action_rate", "alive"}
+    assert set(terms) == {
+        "tracking_lin_vel",
+        "tracking_ang_vel",
+        "lin_vel_z",
+        "ang_vel_xy",
+        "torques",
+        "action_rate",
+        "alive",
+    }
     np.testing.assert_allclose(sum(terms.values()), reward)
     assert (terms["torques"] < 0).all() and (terms["action_rate"] < 0).all()
 
@@ -403,7 +410,9 @@ def test_record_video_writes_a_file(tmp_path):
     env.close()
     assert list(tmp_path.glob("*.mp4"))
 
-    single = gym.wrappers.RecordVideo(gym.make(ID, render_mode="rgb_array"), str(tmp_path / "single"), disable_logger=True)
+    single = gym.wrappers.RecordVideo(
+        gym.make(ID, render_mode="rgb_array"), str(tmp_path / "single"), disable_logger=True
+    )
     single.reset(seed=0)
     for _ in range(3):
         single.step(np.zeros(12))

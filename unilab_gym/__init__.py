@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from unilab_gym.envs import QuadrupedEnv
 from unilab_gym.registration import register_envs
 from unilab_gym.vector_env import UniLabVectorEnv
-from unilab_gym.envs import QuadrupedEnv
 
 __version__ = "0.1.0"
 

@@ -43,7 +43,9 @@ class QuadrupedEnv(gym.Env):
         """The one-env :class:`UniLabVectorEnv` underneath."""
         return self._vec
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start an episode; ``options={"episode_seed": s}`` starts it from episode seed ``s`` (a replay).
 
         Returns:
@@ -54,7 +56,11 @@ class QuadrupedEnv(gym.Env):
         obs, info = self._vec.reset(seed=seed, options=options)
         self._done = False
         parameters = {k: v[0].item() for k, v in info["parameters"].items() if not k.startswith("_")}
-        return obs[0], {"command": info["command"][0].copy(), "episode_seed": int(info["episode_seed"][0]), "parameters": parameters}
+        return obs[0], {
+            "command": info["command"][0].copy(),
+            "episode_seed": int(info["episode_seed"][0]),
+            "parameters": parameters,
+        }
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Raises ValueError for a wrong shape or NaN/inf; gymnasium.error.ResetNeeded before ``reset``."""

@@ -49,49 +49,80 @@ class Parameter:
 #: walk-these-ways (Margolis & Agrawal 2022, ``go1_gym/envs/base/legged_robot_config.py``), for reference.
 PARAMETERS: dict[str, Parameter] = {
     "friction": Parameter(
-        a1.LINK_FRICTION, "", lambda v: 0.0 <= v <= 10.0, "0 <= friction <= 10",
+        a1.LINK_FRICTION,
+        "",
+        lambda v: 0.0 <= v <= 10.0,
+        "0 <= friction <= 10",
         "Robot-ground lateral friction coefficient: set on every robot link (the ground's is 1.0 and pybullet "
         "multiplies the two; it caps the product at 10). legged_gym friction_range (0.5, 1.25).",
     ),
     "added_mass": Parameter(
-        0.0, "kg", lambda v: a1.TRUNK_MASS + v > 0.0, f"added_mass > -{a1.TRUNK_MASS} kg (the trunk's mass)",
+        0.0,
+        "kg",
+        lambda v: a1.TRUNK_MASS + v > 0.0,
+        f"added_mass > -{a1.TRUNK_MASS} kg (the trunk's mass)",
         "Mass added to the trunk (4.713 kg); pybullet scales the trunk's inertia with its mass. "
         "legged_gym added_mass_range (-1, 1).",
     ),
     "com_x": Parameter(
-        0.0, "m", lambda v: abs(v) <= 0.2, "|com_x| <= 0.2 m",
+        0.0,
+        "m",
+        lambda v: abs(v) <= 0.2,
+        "|com_x| <= 0.2 m",
         "Trunk centre-of-mass offset along the trunk's x axis (forward). pybullet cannot move a link's "
         "centre of mass after loading, so the trunk's weight is made to act at the offset point: an "
         "external torque offset x (trunk mass x g) each physics step. walk-these-ways com_displacement_range (-0.15, 0.15).",
     ),
-    "com_y": Parameter(0.0, "m", lambda v: abs(v) <= 0.2, "|com_y| <= 0.2 m", "As com_x, along the trunk's y axis (left)."),
-    "com_z": Parameter(0.0, "m", lambda v: abs(v) <= 0.2, "|com_z| <= 0.2 m", "As com_x, along the trunk's z axis (up)."),
+    "com_y": Parameter(
+        0.0, "m", lambda v: abs(v) <= 0.2, "|com_y| <= 0.2 m", "As com_x, along the trunk's y axis (left)."
+    ),
+    "com_z": Parameter(
+        0.0, "m", lambda v: abs(v) <= 0.2, "|com_z| <= 0.2 m", "As com_x, along the trunk's z axis (up)."
+    ),
     "motor_strength": Parameter(
-        1.0, "×", lambda v: v >= 0.0, "motor_strength >= 0",
+        1.0,
+        "×",
+        lambda v: v >= 0.0,
+        "motor_strength >= 0",
         "Scale of every joint's torque limit (URDF: hip 20, thigh and calf 55 N·m). "
         "walk-these-ways motor_strength_range (0.9, 1.1) (which scales the whole torque).",
     ),
     "kp_factor": Parameter(
-        1.0, "×", lambda v: v >= 0.0, "kp_factor >= 0",
+        1.0,
+        "×",
+        lambda v: v >= 0.0,
+        "kp_factor >= 0",
         "Scale of the PD stiffness kp. walk-these-ways Kp_factor_range (0.8, 1.3).",
     ),
     "kd_factor": Parameter(
-        1.0, "×", lambda v: v >= 0.0, "kd_factor >= 0",
+        1.0,
+        "×",
+        lambda v: v >= 0.0,
+        "kd_factor >= 0",
         "Scale of the PD damping kd. walk-these-ways Kd_factor_range (0.5, 1.5).",
     ),
     "latency": Parameter(
-        0, "control steps", lambda v: 0 <= v <= MAX_LATENCY, f"0 <= latency <= {MAX_LATENCY} control steps",
+        0,
+        "control steps",
+        lambda v: 0 <= v <= MAX_LATENCY,
+        f"0 <= latency <= {MAX_LATENCY} control steps",
         "Action latency: the action applied at control step t is the one the policy sent at step t - latency "
         "(the zero action, i.e. the nominal pose, before the episode's first). One control step is "
         "dt x substeps (20 ms by default). walk-these-ways lag_timesteps 6 (physics steps of 5 ms: 30 ms).",
         integer=True,
     ),
     "push_interval": Parameter(
-        15.0, "s", lambda v: v > 0.0, "push_interval > 0 s",
+        15.0,
+        "s",
+        lambda v: v > 0.0,
+        "push_interval > 0 s",
         "Time between pushes, rounded to whole control steps (at least one). legged_gym push_interval_s 15.",
     ),
     "push_velocity": Parameter(
-        0.0, "m/s", lambda v: v >= 0.0, "push_velocity >= 0 m/s",
+        0.0,
+        "m/s",
+        lambda v: v >= 0.0,
+        "push_velocity >= 0 m/s",
         "Horizontal speed added to the base at each push, in a direction drawn uniformly from the episode's "
         "stream (legged_gym instead sets v_xy uniform in +-max_push_vel_xy, 1.0 m/s). 0 = no pushes.",
     ),
@@ -115,8 +146,12 @@ def _bounds(name: str, value: Any) -> tuple[float, float]:
         pair = tuple(value) if len(value) == 2 else None
     else:
         pair = None
-    if pair is None or any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) for v in pair):
-        raise ValueError(f"domain_randomization[{name!r}] must be a number or a (low, high) pair of numbers, got {value!r}")
+    if pair is None or any(
+        isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) for v in pair
+    ):
+        raise ValueError(
+            f"domain_randomization[{name!r}] must be a number or a (low, high) pair of numbers, got {value!r}"
+        )
     lo, hi = float(pair[0]), float(pair[1])
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise ValueError(f"domain_randomization[{name!r}] must be finite, got {value!r}")
@@ -189,6 +224,4 @@ class DomainRandomization:
 
 def parameters_dict(values: np.ndarray) -> dict[str, float | int]:
     """One episode's (P,) parameter array as ``{name: value}`` of Python numbers (ints for integer parameters)."""
-    return {
-        name: int(v) if PARAMETERS[name].integer else float(v) for name, v in zip(PARAMETER_NAMES, values)
-    }
+    return {name: int(v) if PARAMETERS[name].integer else float(v) for name, v in zip(PARAMETER_NAMES, values)}

@@ -22,7 +22,7 @@ package versions and the env's ``task_config``::
 
 Replaying a record: ``UniLabVectorEnv(1, **{**header["env"], "domain_randomization": record["parameters"]})``,
 then ``reset(options={"episode_seed": record["episode_seed"]})`` and the episode's actions
-(:func:`replay_env` does the first two steps).
+(:func:`unilab_gym.vector_env.replay_env` does the first two steps).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from unilab_gym.randomization import PARAMETER_NAMES, parameters_dict
+from unilab_gym.randomization import parameters_dict
 
 TRACE_FORMAT = "unilab-gym/parameter-trace"
 TRACE_FORMAT_VERSION = 1
@@ -85,9 +85,15 @@ class ParameterTrace:
         """
         self._chunks.append(
             dict(
-                env=np.array(env), episode=np.array(episode), episode_seed=np.array(episode_seed),
-                command=np.array(command), parameters=np.array(parameters), returns=np.array(returns),
-                lengths=np.array(lengths), terminated=np.array(terminated), conditions=np.array(conditions),
+                env=np.array(env),
+                episode=np.array(episode),
+                episode_seed=np.array(episode_seed),
+                command=np.array(command),
+                parameters=np.array(parameters),
+                returns=np.array(returns),
+                lengths=np.array(lengths),
+                terminated=np.array(terminated),
+                conditions=np.array(conditions),
             )
         )
 
@@ -150,26 +156,3 @@ def read_jsonl(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         raise ValueError(f"{path} is not a unilab-gym parameter trace (no {TRACE_FORMAT!r} header line)")
     records = [{k: v for k, v in line.items() if k != "type"} for line in lines[1:]]
     return lines[0], records
-
-
-def replay_env(env_config: dict[str, Any], record: dict[str, Any], **env_kwargs: Any):
-    """A fresh 1-env :class:`~unilab_gym.vector_env.UniLabVectorEnv` at the start of ``record``'s episode.
-
-    Args:
-        env_config: the env's ``task_config`` (a trace header's ``"env"``).
-        record: a trace record: its ``parameters`` are fixed (as ``domain_randomization``) and the
-            env is reset with ``options={"episode_seed": record["episode_seed"]}``.
-        **env_kwargs: other constructor arguments, e.g. ``render_mode="rgb_array"`` or
-            ``autoreset_mode="Disabled"`` (neither changes the trajectory).
-
-    Returns:
-        ``(env, obs, info)``: stepping ``env`` with the episode's actions reproduces it bit for bit.
-    """
-    from unilab_gym.vector_env import UniLabVectorEnv
-
-    missing = sorted(set(PARAMETER_NAMES) - set(record.get("parameters", {})))
-    if missing:
-        raise ValueError(f"record has no value for parameter(s) {missing}")
-    env = UniLabVectorEnv(1, **{**env_config, "domain_randomization": record["parameters"], **env_kwargs})
-    obs, info = env.reset(options={"episode_seed": record["episode_seed"]})
-    return env, obs, info

@@ -24,12 +24,12 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from unilab_gym import trace
-from unilab_gym.metrics import StepLatency
+from unilab_gym.latency import StepLatency
 from unilab_gym.randomization import PARAMETER_NAMES, DomainRandomization
 from unilab_gym.sim import a1
 from unilab_gym.sim.world import ClusterWorld, RobotState
 from unilab_gym.tasks import quadruped as task
+from unilab_gym.trace import ParameterTrace, write_jsonl
 
 #: Default robots per pybullet world; see README "Choosing envs_per_cluster" for the benchmark.
 DEFAULT_ENVS_PER_CLUSTER = 32
@@ -137,7 +137,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             ``motor_strength``; rewritten at each reset of that env).
         parameters: (N, P) float64, each env's current episode parameters, columns
             :data:`~unilab_gym.randomization.PARAMETER_NAMES`.
-        step_latency: :class:`~unilab_gym.metrics.StepLatency`, wall-clock µs of every
+        step_latency: :class:`~unilab_gym.latency.StepLatency`, wall-clock µs of every
             ``step()``: ``.physics`` (every cluster's slice and reading the states back) and
             ``.task`` (the rest: action checks, task math, infos, resets) histograms. Set it to
             ``None`` to stop timing (AsyncRunner collectors re-bind it to shared memory).
@@ -173,7 +173,11 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         try:
-            self.autoreset_mode = AutoresetMode(autoreset_mode) if isinstance(autoreset_mode, str) else AutoresetMode(autoreset_mode.value)
+            self.autoreset_mode = (
+                AutoresetMode(autoreset_mode)
+                if isinstance(autoreset_mode, str)
+                else AutoresetMode(autoreset_mode.value)
+            )
         except (ValueError, AttributeError):
             raise ValueError(
                 f"autoreset_mode must be one of {[m.value for m in AutoresetMode]}, got {autoreset_mode!r}"
@@ -258,7 +262,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         self._latency = np.zeros(n, dtype=np.int64)
         self._push_every = np.zeros(n, dtype=np.int64)  # control steps between pushes, 0 = none
         self._episode_rngs: list[np.random.Generator | None] = [None] * n  # for pushes
-        self._trace = trace.ParameterTrace()
+        self._trace = ParameterTrace()
         self._episode_index = np.full(n, -1, dtype=np.int64)
         self._episode_return = np.zeros(n)
         self._episode_recorded = np.zeros(n, dtype=bool)
@@ -306,7 +310,9 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         if "reset_mask" in options:
             mask = options["reset_mask"]
             if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
-                raise ValueError(f"options['reset_mask'] must be a bool numpy array of shape ({self.num_envs},), got {mask!r}")
+                raise ValueError(
+                    f"options['reset_mask'] must be a bool numpy array of shape ({self.num_envs},), got {mask!r}"
+                )
             if not mask.any():
                 raise ValueError("options['reset_mask'] must select at least one env")
         episode_seeds = self._episode_seed_list(options.get("episode_seed"))
@@ -344,7 +350,11 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         if self._needs_reset:
             raise ResetNeeded("call reset() before step()")
         action = self._validate_actions(actions)
-        restarting = self._autoreset_envs.copy() if self.autoreset_mode == AutoresetMode.NEXT_STEP else np.zeros(self.num_envs, bool)
+        restarting = (
+            self._autoreset_envs.copy()
+            if self.autoreset_mode == AutoresetMode.NEXT_STEP
+            else np.zeros(self.num_envs, bool)
+        )
         action[restarting] = 0.0  # NEXT_STEP: the action of an env that restarts now is ignored
 
         applied = action
@@ -373,9 +383,18 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         self._last_action[restarting] = 0.0
         lin_b, ang_b = self._compute_obs()
         terms = task.reward_terms(
-            lin_b, ang_b, self.command, self.state.torques, action, previous_action, self.reward_weights, self.control_dt
+            lin_b,
+            ang_b,
+            self.command,
+            self.state.torques,
+            action,
+            previous_action,
+            self.reward_weights,
+            self.control_dt,
         )
-        conditions = task.fall_conditions(self.state.base_pos[:, 2], self.state.base_quat, self.state.trunk_contact, self.termination)
+        conditions = task.fall_conditions(
+            self.state.base_pos[:, 2], self.state.base_quat, self.state.trunk_contact, self.termination
+        )
         terminated = conditions.any(axis=1)
         truncated = self.episode_step >= self.max_episode_steps
         terminated[restarting] = False
@@ -402,7 +421,14 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             self._read_states(done)
             self._compute_obs()
             infos.update(self._reset_info(done))
-            infos.update({"final_obs": final_obs, "_final_obs": done.copy(), "final_info": final_info, "_final_info": done.copy()})
+            infos.update(
+                {
+                    "final_obs": final_obs,
+                    "_final_obs": done.copy(),
+                    "final_info": final_info,
+                    "_final_info": done.copy(),
+                }
+            )
         elif self.autoreset_mode == AutoresetMode.NEXT_STEP:
             self._autoreset_envs = done.copy()
         obs = self._obs.copy()
@@ -411,7 +437,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             self.step_latency.task.observe((time.perf_counter_ns() - t_start - physics_ns) / 1e3)
         return obs, reward, terminated, truncated, infos
 
-    def render(self) -> "EnvFrames | None":
+    def render(self) -> EnvFrames | None:
         """Frames of the envs as a sequence of N (H, W, 3) uint8 arrays, or ``None`` without a render mode.
 
         Only env 0 is drawn eagerly (the sequence is what gymnasium's vector ``RecordVideo``
@@ -438,7 +464,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
     def save_parameter_trace(self, path: str | Path) -> Path:
         """Write :meth:`parameter_trace` to ``path`` as JSON Lines, after a header line with the
         package versions and :attr:`task_config` (see :mod:`unilab_gym.trace`). Returns the path."""
-        return trace.write_jsonl(path, self.task_config, self.parameter_trace())
+        return write_jsonl(path, self.task_config, self.parameter_trace())
 
     def close_extras(self, **kwargs: Any) -> None:
         """Disconnect every pybullet world."""
@@ -486,10 +512,12 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             return [int(seed) + i for i in range(self.num_envs)]
         if isinstance(seed, (list, tuple, np.ndarray)):
             if len(seed) != self.num_envs:
-                raise ValueError(
-                    f"seed list has length {len(seed)}, expected num_envs={self.num_envs}"
-                )
-            bad = [s for s in seed if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0)]
+                raise ValueError(f"seed list has length {len(seed)}, expected num_envs={self.num_envs}")
+            bad = [
+                s
+                for s in seed
+                if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0)
+            ]
             if bad:
                 raise ValueError(f"seeds must be non-negative ints or None, got {bad}")
             return [None if s is None else int(s) for s in seed]
@@ -519,12 +547,18 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         """``options["episode_seed"]`` as one int or ``None`` per env; raises ValueError naming the bad value."""
         if value is None:
             return [None] * self.num_envs
-        values = [value] * self.num_envs if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+        values = (
+            [value] * self.num_envs if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+        )
         if not isinstance(values, (list, tuple, np.ndarray)) or len(values) != self.num_envs:
             raise ValueError(
                 f"options['episode_seed'] must be an int or a list of num_envs={self.num_envs} ints/None, got {value!r}"
             )
-        bad = [s for s in values if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s < 2**63)]
+        bad = [
+            s
+            for s in values
+            if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s < 2**63)
+        ]
         if bad:
             raise ValueError(f"options['episode_seed'] values must be ints in [0, 2**63) or None, got {bad}")
         return [None if s is None else int(s) for s in values]
@@ -545,7 +579,9 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             self.episode_seed[i] = self._env_rngs[i].integers(2**63) if given is None else given
             rng = np.random.default_rng(int(self.episode_seed[i]))
             self.command[i] = rng.uniform(lo, hi)
-            joint_pos[row] = self.nominal_joint_pos[i] + rng.uniform(-self.init_joint_noise, self.init_joint_noise, task.ACT_DIM)
+            joint_pos[row] = self.nominal_joint_pos[i] + rng.uniform(
+                -self.init_joint_noise, self.init_joint_noise, task.ACT_DIM
+            )
             self.parameters[i] = self.domain_randomization.sample(rng)
             self._episode_rngs[i] = rng  # the episode's stream goes on for its pushes
         params = self.parameters[idx]
@@ -592,9 +628,15 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         """Add the episodes that just finished in envs ``finished`` to the parameter trace."""
         idx = np.flatnonzero(finished)
         self._trace.append(
-            env=idx, episode=self._episode_index[idx], episode_seed=self.episode_seed[idx], command=self.command[idx],
-            parameters=self.parameters[idx], returns=self._episode_return[idx], lengths=self.episode_step[idx],
-            terminated=terminated[idx], conditions=conditions[idx],
+            env=idx,
+            episode=self._episode_index[idx],
+            episode_seed=self.episode_seed[idx],
+            command=self.command[idx],
+            parameters=self.parameters[idx],
+            returns=self._episode_return[idx],
+            lengths=self.episode_step[idx],
+            terminated=terminated[idx],
+            conditions=conditions[idx],
         )
         self._episode_recorded[idx] = True
 
@@ -607,8 +649,15 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         """Refresh ``self._obs``; return base-frame linear and angular velocities (N, 3)."""
         s = self.state
         return task.observation(
-            s.base_quat, s.lin_vel, s.ang_vel, self.command, s.joint_pos, self.nominal_joint_pos, s.joint_vel,
-            self._last_action, out=self._obs,
+            s.base_quat,
+            s.lin_vel,
+            s.ang_vel,
+            self.command,
+            s.joint_pos,
+            self.nominal_joint_pos,
+            s.joint_vel,
+            self._last_action,
+            out=self._obs,
         )
 
     def _reset_info(self, mask: np.ndarray) -> dict[str, Any]:
@@ -653,3 +702,26 @@ class EnvFrames(Sequence):
         if index not in self._cache:
             self._cache[index] = self._env.render_env(index)
         return self._cache[index]
+
+
+def replay_env(
+    env_config: dict[str, Any], record: dict[str, Any], **env_kwargs: Any
+) -> tuple[UniLabVectorEnv, np.ndarray, dict[str, Any]]:
+    """A fresh 1-env :class:`UniLabVectorEnv` at the start of ``record``'s episode.
+
+    Args:
+        env_config: the env's ``task_config`` (a trace header's ``"env"``).
+        record: a trace record: its ``parameters`` are fixed (as ``domain_randomization``) and the
+            env is reset with ``options={"episode_seed": record["episode_seed"]}``.
+        **env_kwargs: other constructor arguments, e.g. ``render_mode="rgb_array"`` or
+            ``autoreset_mode="Disabled"`` (neither changes the trajectory).
+
+    Returns:
+        ``(env, obs, info)``: stepping ``env`` with the episode's actions reproduces it bit for bit.
+    """
+    missing = sorted(set(PARAMETER_NAMES) - set(record.get("parameters", {})))
+    if missing:
+        raise ValueError(f"record has no value for parameter(s) {missing}")
+    env = UniLabVectorEnv(1, **{**env_config, "domain_randomization": record["parameters"], **env_kwargs})
+    obs, info = env.reset(options={"episode_seed": record["episode_seed"]})
+    return env, obs, info

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from unilab_gym.replay.layout import ReplayLayout
-from unilab_gym.replay.segment import SegmentNotFoundError
 from unilab_gym.replay.storage import (
     MAX_SLOTS,
     ReplayClosedError,
@@ -24,15 +23,16 @@ from unilab_gym.replay.storage import (
     ReplayStorage,
     Reservation,
 )
+from unilab_gym.shm import SegmentNotFoundError
 
 __all__ = [
+    "MAX_SLOTS",
+    "ReplayClosedError",
+    "ReplayHandle",
     "ReplayLayout",
     "ReplayStorage",
-    "ReplayHandle",
     "Reservation",
-    "ReplayClosedError",
     "SegmentNotFoundError",
-    "MAX_SLOTS",
     "TorchSampler",
 ]
 

@@ -26,13 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from unilab_gym.validation import check_positive_int
+
 __all__ = ["ReplayLayout"]
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -51,8 +47,8 @@ class ReplayLayout:
     extras: tuple[tuple[str, int], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        _positive_int("obs_dim", self.obs_dim)
-        _positive_int("act_dim", self.act_dim)
+        check_positive_int("obs_dim", self.obs_dim)
+        check_positive_int("act_dim", self.act_dim)
         raw: Iterable = self.extras.items() if isinstance(self.extras, Mapping) else self.extras
         extras: list[tuple[str, int]] = []
         for item in raw:
@@ -66,7 +62,7 @@ class ReplayLayout:
                 raise ValueError(f"extra column group name {name!r} clashes with a base column")
             if any(name == other for other, _ in extras):
                 raise ValueError(f"duplicate extra column group name {name!r}")
-            extras.append((name, _positive_int(f"extras[{name!r}]", dim)))
+            extras.append((name, check_positive_int(f"extras[{name!r}]", dim)))
         object.__setattr__(self, "extras", tuple(extras))
 
     # ---- base columns -------------------------------------------------------------------

@@ -66,15 +66,16 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from unilab_gym.replay.layout import ReplayLayout
-from unilab_gym.replay.segment import DEFAULT_PREFIX, Segment, SegmentNotFoundError
+from unilab_gym.shm import DEFAULT_PREFIX, Segment, SegmentNotFoundError
+from unilab_gym.validation import check_positive_int, check_real_array
 
 __all__ = [
+    "MAX_SLOTS",
+    "ReplayClosedError",
     "ReplayHandle",
     "ReplayStorage",
     "Reservation",
-    "ReplayClosedError",
     "SegmentNotFoundError",
-    "MAX_SLOTS",
 ]
 
 # ---- header layout (int64 indices) --------------------------------------------------------
@@ -144,14 +145,9 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-_REAL_KINDS = frozenset("biuf")
-
-
 def _as_rows(name: str, value: Any, n: int, dim: int) -> np.ndarray:
     """Validate a ``(n, dim)`` real-valued array (``(n,)`` accepted when ``dim == 1``)."""
-    arr = value if type(value) is np.ndarray else np.asarray(value)
-    if arr.dtype.kind not in _REAL_KINDS:
-        raise ValueError(f"{name} must hold real numbers (bool, int or float), got dtype {arr.dtype}")
+    arr = check_real_array(name, value)
     if arr.shape != (n, dim):
         if dim == 1 and arr.shape == (n,):
             return arr.reshape(n, 1)
@@ -161,9 +157,7 @@ def _as_rows(name: str, value: Any, n: int, dim: int) -> np.ndarray:
 
 def _as_column(name: str, value: Any, n: int) -> np.ndarray:
     """Validate a length-``n`` real-valued vector (``(n,)`` or ``(n, 1)``)."""
-    arr = value if type(value) is np.ndarray else np.asarray(value)
-    if arr.dtype.kind not in _REAL_KINDS:
-        raise ValueError(f"{name} must hold real numbers (bool, int or float), got dtype {arr.dtype}")
+    arr = check_real_array(name, value)
     if arr.shape != (n,):
         if arr.shape == (n, 1):
             return arr.reshape(n)
@@ -200,7 +194,7 @@ class _SegmentLock:
     shared with the parent.
     """
 
-    __slots__ = ("name", "fd", "closed", "forked", "thread_lock", "__weakref__")
+    __slots__ = ("__weakref__", "closed", "fd", "forked", "name", "thread_lock")
 
     def __init__(self, segment: Segment) -> None:
         self.name, self.fd, self.closed, self.forked = segment.name, segment.fd, False, False
@@ -249,8 +243,7 @@ class ReplayStorage:
     """
 
     def __init__(self, layout: ReplayLayout, capacity: int, *, prefix: str = DEFAULT_PREFIX) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        capacity = check_positive_int("capacity", capacity)
         if not isinstance(layout, ReplayLayout):
             raise ValueError(f"layout must be a ReplayLayout, got {type(layout).__name__}")
         capacity = int(capacity)
@@ -285,8 +278,7 @@ class ReplayStorage:
             expected = _HEADER_BYTES + 4 * handle.capacity * handle.layout.width
             if segment.size < expected:
                 raise ValueError(
-                    f"shared replay segment {handle.name!r} has {segment.size} bytes, "
-                    f"the handle expects {expected}"
+                    f"shared replay segment {handle.name!r} has {segment.size} bytes, the handle expects {expected}"
                 )
             header = np.frombuffer(segment.buf, dtype=np.int64, count=_HEADER_INTS)
             found = (int(header[_MAGIC]), int(header[_VERSION]), int(header[_CAPACITY]), int(header[_WIDTH]))
@@ -427,8 +419,7 @@ class ReplayStorage:
             the message names its pid.
         :raises ReplayClosedError: if this object or the segment's owner has closed it.
         """
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"number of rows to reserve must be a positive int, got {n!r}")
+        n = check_positive_int("number of rows to reserve", n)
         n = int(n)
         if n > self._capacity:
             raise ValueError(f"cannot add {n} rows at once to a replay of capacity {self._capacity}")
@@ -440,9 +431,7 @@ class ReplayStorage:
             if isinstance(got, Reservation):
                 return got
             if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"replay {self.name!r}: could not reserve {n} rows within {timeout} s: {got}"
-                )
+                raise TimeoutError(f"replay {self.name!r}: could not reserve {n} rows within {timeout} s: {got}")
             time.sleep(pause)  # another process must make progress; back off up to 1 ms
             pause = min(2 * pause, 1e-3)
 
@@ -574,7 +563,12 @@ class ReplayStorage:
         if not validate:
             c = self._cols
             cols = [
-                (c[0], obs), (c[1], next_obs), (c[2], action), (c[3], reward), (c[4], terminated), (c[5], truncated)
+                (c[0], obs),
+                (c[1], next_obs),
+                (c[2], action),
+                (c[3], reward),
+                (c[4], terminated),
+                (c[5], truncated),
             ]
             if self._layout.extras:
                 cols.append((c[6], 0.0))
@@ -711,8 +705,7 @@ class ReplayStorage:
         return self._draw(batch_size, rng)[1]
 
     def _draw(self, batch_size: int, rng: np.random.Generator) -> tuple[int, np.ndarray]:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        batch_size = check_positive_int("batch_size", batch_size)
         if not isinstance(rng, np.random.Generator):
             raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
         with self._lock:
@@ -744,8 +737,7 @@ class ReplayStorage:
             return self._block.take(rows, axis=0)
         if out.shape != (rows.shape[0], self._layout.width) or out.dtype != np.float32:
             raise ValueError(
-                f"out must be a ({rows.shape[0]}, {self._layout.width}) float32 array, "
-                f"got {out.shape} {out.dtype}"
+                f"out must be a ({rows.shape[0]}, {self._layout.width}) float32 array, got {out.shape} {out.dtype}"
             )
         # rows are in range by construction: mode="clip" skips numpy's buffered bounds check
         return np.take(self._block, rows, axis=0, out=out, mode="clip")
@@ -825,9 +817,7 @@ class ReplayStorage:
         for s, n in zip(starts, lengths):
             valid |= (seq >= s) & (seq < s + n)
         if not valid.all():
-            raise ValueError(
-                f"row {int(rows[~valid].flat[0])} of replay {self.name!r} holds no committed transition"
-            )
+            raise ValueError(f"row {int(rows[~valid].flat[0])} of replay {self.name!r} holds no committed transition")
         return seq
 
     # ---- state -------------------------------------------------------------------------------

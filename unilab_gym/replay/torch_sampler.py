@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from unilab_gym.replay.storage import ReplayStorage
+from unilab_gym.validation import check_positive_int
 
 __all__ = ["TorchSampler"]
 
@@ -90,8 +91,7 @@ class TorchSampler:
         """
         if storage.layout.width != self.width:
             raise ValueError(f"storage rows have width {storage.layout.width}, this sampler expects {self.width}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        batch_size = check_positive_int("batch_size", batch_size)
         batch_size = int(batch_size)
         if not self.staging:
             out = self._torch.empty((batch_size, self.width), dtype=self._torch.float32)

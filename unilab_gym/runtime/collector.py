@@ -28,10 +28,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from unilab_gym.metrics import LatencyHistogram, StepLatency
-from unilab_gym.replay.segment import Segment
-from unilab_gym.runtime.control import READY, STEP_LATENCY, TERMINATED, TRUNCATED, VERSION, WEIGHT_SYNC_LATENCY, Control, ControlHandle
+from unilab_gym.latency import LatencyHistogram, StepLatency
+from unilab_gym.runtime.control import (
+    READY,
+    STEP_LATENCY,
+    TERMINATED,
+    TRUNCATED,
+    VERSION,
+    WEIGHT_SYNC_LATENCY,
+    Control,
+    ControlHandle,
+)
 from unilab_gym.runtime.weights import SharedWeights, WeightsHandle
+from unilab_gym.shm import Segment
 
 #: How long a collector sleeps between checks while it may not collect, in s.
 IDLE_WAIT_S = 0.0005
@@ -43,7 +52,7 @@ class Writer(Protocol):
     #: autoreset mode the writer needs from the env (``"SameStep"``), or ``None`` for any.
     autoreset_mode: str | None
 
-    def run(self, collector: "Collector") -> None: ...
+    def run(self, collector: Collector) -> None: ...
 
 
 @dataclass
@@ -75,7 +84,9 @@ def make_vector_env(spec: CollectorSpec, autoreset_mode: str | None = None) -> A
         return spec.env_fn(spec.num_envs)
     import gymnasium as gym
 
-    import unilab_gym  # noqa: F401  (registers UniLab ids)
+    from unilab_gym.registration import register_envs
+
+    register_envs()  # UniLab ids, for an env_id made in this spawned process
 
     kwargs = dict(spec.env_kwargs)
     if autoreset_mode is None:
@@ -84,8 +95,13 @@ def make_vector_env(spec: CollectorSpec, autoreset_mode: str | None = None) -> A
         return gym.make_vec(spec.env_id, num_envs=spec.num_envs, **kwargs, autoreset_mode=autoreset_mode)
     from gymnasium.vector import AutoresetMode
 
-    return gym.make_vec(spec.env_id, num_envs=spec.num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": AutoresetMode(autoreset_mode)}, **kwargs)
+    return gym.make_vec(
+        spec.env_id,
+        num_envs=spec.num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode(autoreset_mode)},
+        **kwargs,
+    )
 
 
 def autoreset_mode_of(env: Any) -> str:
@@ -104,12 +120,14 @@ class Collector:
     :ivar version: weight version loaded into :attr:`policy` (0: none yet).
 
     Metrics go to this collector's row of ``control.metrics``: the env's
-    :class:`~unilab_gym.metrics.StepLatency` (if the env keeps one, as ``UniLabVectorEnv`` does)
+    :class:`~unilab_gym.latency.StepLatency` (if the env keeps one, as ``UniLabVectorEnv`` does)
     is re-bound there, and :meth:`refresh` records the weight-sync latency (from the publish, or
     from this collector's start if later, to the version being loaded).
     """
 
-    def __init__(self, spec: CollectorSpec, env: Any, policy: Any, weights: SharedWeights, control: Control, conn: Connection):
+    def __init__(
+        self, spec: CollectorSpec, env: Any, policy: Any, weights: SharedWeights, control: Control, conn: Connection
+    ):
         self.spec, self.env, self.policy, self.control, self.conn = spec, env, policy, control, conn
         self.row = control.rows[spec.index]
         self.version = 0
@@ -146,8 +164,9 @@ class Collector:
     def idle() -> None:
         time.sleep(IDLE_WAIT_S)
 
-    def track_episodes(self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                       counted: np.ndarray | None = None) -> np.ndarray:
+    def track_episodes(
+        self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, counted: np.ndarray | None = None
+    ) -> np.ndarray:
         """Add ``reward`` (N,) to the running episode stats (only where ``counted``), report the finished ones.
 
         An episode finished where ``terminated | truncated`` (N,) bool (and ``counted``); it counts
@@ -174,7 +193,9 @@ class Collector:
         return idx
 
 
-def collector_main(spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: ControlHandle, conn: Connection) -> None:
+def collector_main(
+    spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: ControlHandle, conn: Connection
+) -> None:
     """Process entry point: run the writer; on an exception, report it through ``conn`` first, then clean up."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     opened: list[Any] = []  # closed in reverse order, after the learner has been told of any error
@@ -199,7 +220,13 @@ def collector_main(spec: CollectorSpec, weights_handle: WeightsHandle, control_h
         os._exit(code)
 
 
-def _run(spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: ControlHandle, conn: Connection, opened: list[Any]) -> None:
+def _run(
+    spec: CollectorSpec,
+    weights_handle: WeightsHandle,
+    control_handle: ControlHandle,
+    conn: Connection,
+    opened: list[Any],
+) -> None:
     import torch
 
     torch.set_num_threads(1)

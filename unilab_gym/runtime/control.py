@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from unilab_gym.metrics import LatencyHistogram, StepLatency
-from unilab_gym.replay.segment import Segment
+from unilab_gym.latency import LatencyHistogram, StepLatency
+from unilab_gym.shm import Segment
 
 # learner-written fields
 STOP, BUDGET, LEARNING_STARTS, GRANTED = 0, 1, 2, 3
@@ -55,10 +55,12 @@ class Control:
         self._array = np.frombuffer(_segment.buf, np.int64, ints)
         self.globals = self._array[:_GLOBAL]
         self.rows = self._array[_GLOBAL:].reshape(num_collectors, _ROW)
-        self.metrics = np.frombuffer(_segment.buf, np.float64, _METRICS * num_collectors, 8 * ints).reshape(num_collectors, _METRICS)
+        self.metrics = np.frombuffer(_segment.buf, np.float64, _METRICS * num_collectors, 8 * ints).reshape(
+            num_collectors, _METRICS
+        )
 
     @classmethod
-    def attach(cls, handle: ControlHandle) -> "Control":
+    def attach(cls, handle: ControlHandle) -> Control:
         return cls(handle.num_collectors, Segment.attach(handle.name))
 
     @property

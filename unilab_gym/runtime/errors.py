@@ -13,7 +13,9 @@ class CollectorError(RuntimeError):
     """
 
     def __init__(self, message: str, *, collector: int, pid: int | None, exitcode: int | None, traceback: str | None):
-        super().__init__(message if traceback is None else f"{message}\n\n--- collector {collector} traceback ---\n{traceback}")
+        super().__init__(
+            message if traceback is None else f"{message}\n\n--- collector {collector} traceback ---\n{traceback}"
+        )
         self.collector = collector
         self.pid = pid
         self.exitcode = exitcode

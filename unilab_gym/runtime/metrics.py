@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from unilab_gym.metrics import LatencyHistogram, StepLatency, mean_latency_us
+from unilab_gym.latency import LatencyHistogram, StepLatency, mean_latency_us
 from unilab_gym.runtime.control import STEP_LATENCY, TERMINATED, TRANSITIONS, TRUNCATED, VERSION, WEIGHT_SYNC_LATENCY
 
 #: Shortest window over which the per-second rates are computed, in s.
@@ -51,34 +51,81 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric("unilab_env_steps_total", "counter", "Env steps (transitions) written by each collector.", ("collector",)),
-    Metric("unilab_env_steps_per_second", "gauge", "Env steps per second of each collector, over the last >= 1 s.", ("collector",)),
-    Metric("unilab_step_latency_microseconds", "histogram",
-           "Wall-clock time of each vector-env step() in a collector, in microseconds: phase=physics (every "
-           "cluster's slice of substeps and reading the states back), phase=task (action checks, task math, infos, resets).",
-           ("collector", "phase")),
-    Metric("unilab_weight_sync_latency_microseconds", "histogram",
-           "From the learner publishing a weight version to a collector acting with it, in microseconds.", ("collector",)),
+    Metric(
+        "unilab_env_steps_per_second",
+        "gauge",
+        "Env steps per second of each collector, over the last >= 1 s.",
+        ("collector",),
+    ),
+    Metric(
+        "unilab_step_latency_microseconds",
+        "histogram",
+        "Wall-clock time of each vector-env step() in a collector, in microseconds: phase=physics (every "
+        "cluster's slice of substeps and reading the states back), phase=task (action checks, task math, infos, resets).",
+        ("collector", "phase"),
+    ),
+    Metric(
+        "unilab_weight_sync_latency_microseconds",
+        "histogram",
+        "From the learner publishing a weight version to a collector acting with it, in microseconds.",
+        ("collector",),
+    ),
     Metric("unilab_policy_version", "gauge", "Newest weight version published by the learner."),
-    Metric("unilab_policy_lag_versions", "gauge",
-           "Policy lag of the data the learner last took in, in versions: off-policy, published version minus the "
-           "oldest version a running collector acts with; on-policy, learner version minus the last rollout's behaviour version."),
-    Metric("unilab_replay_size_transitions", "gauge", "Transitions held in the shared replay buffer.", off_policy_only=True),
-    Metric("unilab_replay_committed_transitions_total", "counter", "Transitions ever committed to the shared replay buffer.",
-           off_policy_only=True),
-    Metric("unilab_replay_write_transitions_per_second", "gauge", "Transitions committed per second, over the last >= 1 s.",
-           off_policy_only=True),
-    Metric("unilab_replay_sample_transitions_per_second", "gauge",
-           "Transitions sampled per second by the learner (gradient steps x batch size), over the last >= 1 s.",
-           off_policy_only=True),
-    Metric("unilab_replay_ratio", "gauge",
-           "Replay ratio achieved: gradient steps per transition collected, over the last >= 1 s.", off_policy_only=True),
+    Metric(
+        "unilab_policy_lag_versions",
+        "gauge",
+        "Policy lag of the data the learner last took in, in versions: off-policy, published version minus the "
+        "oldest version a running collector acts with; on-policy, learner version minus the last rollout's behaviour version.",
+    ),
+    Metric(
+        "unilab_replay_size_transitions", "gauge", "Transitions held in the shared replay buffer.", off_policy_only=True
+    ),
+    Metric(
+        "unilab_replay_committed_transitions_total",
+        "counter",
+        "Transitions ever committed to the shared replay buffer.",
+        off_policy_only=True,
+    ),
+    Metric(
+        "unilab_replay_write_transitions_per_second",
+        "gauge",
+        "Transitions committed per second, over the last >= 1 s.",
+        off_policy_only=True,
+    ),
+    Metric(
+        "unilab_replay_sample_transitions_per_second",
+        "gauge",
+        "Transitions sampled per second by the learner (gradient steps x batch size), over the last >= 1 s.",
+        off_policy_only=True,
+    ),
+    Metric(
+        "unilab_replay_ratio",
+        "gauge",
+        "Replay ratio achieved: gradient steps per transition collected, over the last >= 1 s.",
+        off_policy_only=True,
+    ),
     Metric("unilab_gradient_steps_total", "counter", "Gradient steps run by the learner."),
-    Metric("unilab_learner_seconds_total", "counter",
-           "Learner wall-clock time in seconds, by phase: wait_for_data, train, publish_weights "
-           "(the rest is callbacks and bookkeeping).", ("phase",)),
-    Metric("unilab_collector_restarts_total", "counter", "Collectors restarted after a fault (max_collector_restarts)."),
-    Metric("unilab_collector_errors_total", "counter", "Collector faults: an exception raised in a collector, or a collector that died."),
-    Metric("unilab_episodes_total", "counter", "Episodes finished, by outcome (terminated or truncated).", ("collector", "outcome")),
+    Metric(
+        "unilab_learner_seconds_total",
+        "counter",
+        "Learner wall-clock time in seconds, by phase: wait_for_data, train, publish_weights "
+        "(the rest is callbacks and bookkeeping).",
+        ("phase",),
+    ),
+    Metric(
+        "unilab_collector_restarts_total", "counter", "Collectors restarted after a fault (max_collector_restarts)."
+    ),
+    Metric(
+        "unilab_collector_errors_total",
+        "counter",
+        "Collector faults: an exception raised in a collector, or a collector that died.",
+    ),
+    Metric(
+        "unilab_episodes_total",
+        "counter",
+        "Episodes finished, by outcome (terminated or truncated).",
+        ("collector", "outcome"),
+    ),
 )
 
 
@@ -213,13 +260,15 @@ class RunnerMetrics:
         }
         if self._replay_open():
             committed = self._committed()
-            values.update({
-                "unilab_replay_size_transitions": [((), float(self._replay_size(committed)))],
-                "unilab_replay_committed_transitions_total": [((), float(committed))],
-                "unilab_replay_write_transitions_per_second": [((), self.replay_write_per_second)],
-                "unilab_replay_sample_transitions_per_second": [((), self.replay_sample_per_second)],
-                "unilab_replay_ratio": [((), self.replay_ratio)],
-            })
+            values.update(
+                {
+                    "unilab_replay_size_transitions": [((), float(self._replay_size(committed)))],
+                    "unilab_replay_committed_transitions_total": [((), float(committed))],
+                    "unilab_replay_write_transitions_per_second": [((), self.replay_write_per_second)],
+                    "unilab_replay_sample_transitions_per_second": [((), self.replay_sample_per_second)],
+                    "unilab_replay_ratio": [((), self.replay_ratio)],
+                }
+            )
         return [(m, values[m.name]) for m in METRICS if m.name in values]
 
     def _replay_size(self, committed: int) -> int:
@@ -260,8 +309,11 @@ class RunnerMetrics:
             rec(f"unilab/env_steps_per_s/c{c}", float(rate))
         delta = now["hist"] - prev["hist"]
         step = delta[:, STEP_LATENCY]
-        for key, block in (("step_physics_us", step[:, StepLatency.PHYSICS]), ("step_task_us", step[:, StepLatency.TASK]),
-                           ("weight_sync_us", delta[:, WEIGHT_SYNC_LATENCY])):
+        for key, block in (
+            ("step_physics_us", step[:, StepLatency.PHYSICS]),
+            ("step_task_us", step[:, StepLatency.TASK]),
+            ("weight_sync_us", delta[:, WEIGHT_SYNC_LATENCY]),
+        ):
             mean = mean_latency_us(block)
             if mean is not None:
                 rec(f"unilab/{key}", mean)

@@ -94,7 +94,9 @@ class ReplayWriter:
                     for i in np.flatnonzero(info["_final_obs"]):
                         stored_next[i] = info["final_obs"][i]
                 if keep.any():
-                    storage.add(obs[keep], stored_next[keep], scaled[keep], reward[keep], terminated[keep], truncated[keep])
+                    storage.add(
+                        obs[keep], stored_next[keep], scaled[keep], reward[keep], terminated[keep], truncated[keep]
+                    )
                 row[TRANSITIONS] += int(keep.sum())
                 row[STEP_CALLS] += 1
                 done = (terminated | truncated) & keep
@@ -118,7 +120,14 @@ class OffPolicyLoop:
 
     default_log_interval = 4  # episodes, as SB3's off-policy learn()
 
-    def __init__(self, model: Any, num_collectors: int, envs_per_collector: int, max_policy_lag: int | None, replay_ratio: float | None):
+    def __init__(
+        self,
+        model: Any,
+        num_collectors: int,
+        envs_per_collector: int,
+        max_policy_lag: int | None,
+        replay_ratio: float | None,
+    ):
         from stable_baselines3 import SAC, TD3
         from stable_baselines3.common.buffers import ReplayBuffer
         from stable_baselines3.common.type_aliases import TrainFrequencyUnit
@@ -190,7 +199,11 @@ class OffPolicyLoop:
         metrics = runner.metrics
 
         def set_budget() -> None:
-            allowed = target if self.replay_ratio == 0 else min(target, starts + math.ceil(grad_steps / self.replay_ratio) + lead)
+            allowed = (
+                target
+                if self.replay_ratio == 0
+                else min(target, starts + math.ceil(grad_steps / self.replay_ratio) + lead)
+            )
             control.globals[BUDGET] = base + allowed
 
         set_budget()

@@ -107,7 +107,9 @@ class RolloutWriter:
                     if not c.running:
                         return
                     actions, values, log_probs = forward(obs)
-                    next_obs, reward, terminated, truncated, info = env.step(np.clip(actions, space.low, space.high).astype(space.dtype))
+                    next_obs, reward, terminated, truncated, info = env.step(
+                        np.clip(actions, space.low, space.high).astype(space.dtype)
+                    )
                     dones = terminated | truncated
                     reward = np.array(reward, np.float32)
                     c.track_episodes(reward, terminated, truncated)
@@ -161,13 +163,22 @@ class OnPolicyLoop:
 
     default_log_interval = 1  # iterations, as SB3's on-policy learn()
 
-    def __init__(self, model: Any, num_collectors: int, envs_per_collector: int, max_policy_lag: int | None, replay_ratio: float | None):
+    def __init__(
+        self,
+        model: Any,
+        num_collectors: int,
+        envs_per_collector: int,
+        max_policy_lag: int | None,
+        replay_ratio: float | None,
+    ):
         from gymnasium import spaces
 
         if max_policy_lag is None:
             max_policy_lag = 0
         if isinstance(max_policy_lag, bool) or max_policy_lag not in (0, 1):
-            raise ValueError(f"max_policy_lag must be 0 (strictly on-policy) or 1 for on-policy models, got {max_policy_lag!r}")
+            raise ValueError(
+                f"max_policy_lag must be 0 (strictly on-policy) or 1 for on-policy models, got {max_policy_lag!r}"
+            )
         if replay_ratio is not None:
             raise ValueError(f"replay_ratio is for off-policy models; {type(model).__name__} trains once per rollout")
         n_envs = num_collectors * envs_per_collector
@@ -187,7 +198,9 @@ class OnPolicyLoop:
         if isinstance(model.rollout_buffer, RunnerRolloutBuffer):
             raise ValueError("this model is driven by another AsyncRunner that is still open; close that one first")
         if type(model.rollout_buffer) is not RolloutBuffer:
-            raise ValueError(f"AsyncRunner fills SB3's RolloutBuffer, the model has a {type(model.rollout_buffer).__name__}")
+            raise ValueError(
+                f"AsyncRunner fills SB3's RolloutBuffer, the model has a {type(model.rollout_buffer).__name__}"
+            )
         self.model = model
         self.policy = model.policy
         self.replay_storage = None  # no replay: no replay metrics
@@ -195,11 +208,19 @@ class OnPolicyLoop:
         self.max_policy_lag = max_policy_lag
         self.replay_ratio = None
         self.envs_per_collector = envs_per_collector
-        self.storage = RolloutStorage.create(model.n_steps, n_envs, model.observation_space.shape,
-                                             int(np.prod(model.action_space.shape)), num_collectors)
+        self.storage = RolloutStorage.create(
+            model.n_steps, n_envs, model.observation_space.shape, int(np.prod(model.action_space.shape)), num_collectors
+        )
         old = model.rollout_buffer
-        self._own_buffer = RunnerRolloutBuffer(old.buffer_size, old.observation_space, old.action_space, device=old.device,
-                                        gae_lambda=old.gae_lambda, gamma=old.gamma, n_envs=old.n_envs)
+        self._own_buffer = RunnerRolloutBuffer(
+            old.buffer_size,
+            old.observation_space,
+            old.action_space,
+            device=old.device,
+            gae_lambda=old.gae_lambda,
+            gamma=old.gamma,
+            n_envs=old.n_envs,
+        )
         self._stock_buffer = old
         model.rollout_buffer = self._own_buffer
         self.next_rollout = 0  # index of the next rollout the learner consumes
@@ -208,7 +229,9 @@ class OnPolicyLoop:
         """Collectors' env kwargs for ``env_id``: same-step autoreset (``ValueError`` if another mode was asked for)."""
         mode = kwargs.get("autoreset_mode")
         if mode is not None and str(getattr(mode, "value", mode)) != "SameStep":
-            raise ValueError(f"on-policy collectors step their env with autoreset_mode='SameStep', env_kwargs asks for {mode!r}")
+            raise ValueError(
+                f"on-policy collectors step their env with autoreset_mode='SameStep', env_kwargs asks for {mode!r}"
+            )
         return {k: v for k, v in kwargs.items() if k != "autoreset_mode"}
 
     def writer(self, index: int) -> RolloutWriter:
@@ -222,13 +245,17 @@ class OnPolicyLoop:
 
     def _grant(self, control: Any, end: int) -> None:
         """Let collectors start every rollout up to ``next_rollout + max_policy_lag`` (and before ``end``)."""
-        control.globals[GRANTED] = max(int(control.globals[GRANTED]), min(end, self.next_rollout + 1 + self.max_policy_lag))
+        control.globals[GRANTED] = max(
+            int(control.globals[GRANTED]), min(end, self.next_rollout + 1 + self.max_policy_lag)
+        )
 
     def run(self, runner: Any, total: int, callback: Any, log_interval: int | None) -> None:
         """Run rollouts and ``train()`` until ``model.num_timesteps >= total``; return early if a callback says stop."""
         model, control = self.model, runner._control
         if model.n_steps != self.storage.handle.n_steps:
-            raise ValueError(f"model.n_steps changed from {self.storage.handle.n_steps} to {model.n_steps}; create a new AsyncRunner")
+            raise ValueError(
+                f"model.n_steps changed from {self.storage.handle.n_steps} to {model.n_steps}; create a new AsyncRunner"
+            )
         rollouts = max(0, math.ceil((total - model.num_timesteps) / (model.n_steps * model.n_envs)))
         end = self.next_rollout + rollouts
         runner._publish(only_if_changed=True)  # e.g. parameters loaded between learn() calls
@@ -273,7 +300,9 @@ class OnPolicyLoop:
         while True:
             runner._poll()
             finished = int(rows[:, ROLLOUTS].min()) > k  # read before the step counts: they only grow
-            reached = model.n_steps if finished else min(model.n_steps, max(0, int(rows[:, STEP_CALLS].min()) - first_step))
+            reached = (
+                model.n_steps if finished else min(model.n_steps, max(0, int(rows[:, STEP_CALLS].min()) - first_step))
+            )
             while calls < reached:
                 calls += 1
                 model.num_timesteps += model.n_envs

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from unilab_gym.replay.segment import Segment
+from unilab_gym.shm import Segment
+from unilab_gym.validation import check_positive_int
 
 SLOTS = 2
 
@@ -113,10 +114,16 @@ class RolloutStorage:
             offset += _aligned(array.nbytes)
 
     @classmethod
-    def create(cls, n_steps: int, n_envs: int, obs_shape: tuple[int, ...], action_dim: int, num_collectors: int) -> "RolloutStorage":
-        for name, value in (("n_steps", n_steps), ("n_envs", n_envs), ("action_dim", action_dim), ("num_collectors", num_collectors)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+    def create(
+        cls, n_steps: int, n_envs: int, obs_shape: tuple[int, ...], action_dim: int, num_collectors: int
+    ) -> RolloutStorage:
+        for name, value in (
+            ("n_steps", n_steps),
+            ("n_envs", n_envs),
+            ("action_dim", action_dim),
+            ("num_collectors", num_collectors),
+        ):
+            check_positive_int(name, value)
         shape = tuple(int(d) for d in obs_shape)
         probe = RolloutHandle("", int(n_steps), int(n_envs), shape, int(action_dim), int(num_collectors))
         segment = Segment.create(_nbytes(probe))
@@ -124,7 +131,7 @@ class RolloutStorage:
         return cls(handle, segment)
 
     @classmethod
-    def attach(cls, handle: RolloutHandle) -> "RolloutStorage":
+    def attach(cls, handle: RolloutHandle) -> RolloutStorage:
         """Map the segment of ``handle`` (raises ``SegmentNotFoundError`` if its owner closed it)."""
         return cls(handle, Segment.attach(handle.name))
 
@@ -150,7 +157,9 @@ class RolloutStorage:
         for name in ("observations", "actions", "rewards", "episode_starts", "values", "log_probs"):
             getattr(buffer, name)[:] = getattr(self, name)[slot].reshape(getattr(buffer, name).shape)
         buffer.pos, buffer.full = buffer.buffer_size, True
-        buffer.compute_returns_and_advantage(last_values=torch.from_numpy(self.last_values[slot].copy()), dones=self.last_dones[slot].copy())
+        buffer.compute_returns_and_advantage(
+            last_values=torch.from_numpy(self.last_values[slot].copy()), dones=self.last_dones[slot].copy()
+        )
 
     def close(self) -> None:
         """Unmap (the owner also unlinks). Idempotent."""

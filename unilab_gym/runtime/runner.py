@@ -37,8 +37,8 @@ from unilab_gym.runtime.collector import CollectorSpec, collector_main
 from unilab_gym.runtime.control import READY, STOP, VERSION, Control
 from unilab_gym.runtime.errors import CollectorError
 from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics
-from unilab_gym.replay.segment import Segment
 from unilab_gym.runtime.weights import SharedWeights
+from unilab_gym.shm import Segment
 
 #: Longest a learner waits for collectors to exit on close before terminating them, in s.
 JOIN_TIMEOUT_S = 3.0
@@ -119,7 +119,11 @@ class AsyncRunner:
         for name, value in (("num_collectors", num_collectors), ("envs_per_collector", envs_per_collector)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(max_collector_restarts, bool) or not isinstance(max_collector_restarts, int) or max_collector_restarts < 0:
+        if (
+            isinstance(max_collector_restarts, bool)
+            or not isinstance(max_collector_restarts, int)
+            or max_collector_restarts < 0
+        ):
             raise ValueError(f"max_collector_restarts must be an int >= 0, got {max_collector_restarts!r}")
         if metrics_port is not None and (
             isinstance(metrics_port, bool) or not isinstance(metrics_port, int) or not 0 <= metrics_port <= 65535
@@ -186,7 +190,7 @@ class AsyncRunner:
         self._publish()
 
     # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> "AsyncRunner":
+    def __enter__(self) -> AsyncRunner:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -351,7 +355,10 @@ class AsyncRunner:
                     if kind == "error":
                         fault = CollectorError(
                             f"collector {c} (pid {proc.pid}) raised an exception",
-                            collector=c, pid=proc.pid, exitcode=proc.exitcode, traceback=payload[0],
+                            collector=c,
+                            pid=proc.pid,
+                            exitcode=proc.exitcode,
+                            traceback=payload[0],
                         )
                         break
                     self._on_episodes(*payload)
@@ -368,12 +375,14 @@ class AsyncRunner:
         """The error for collector ``c``, which exited without reporting an exception."""
         code = proc.exitcode
         signalled = code is not None and code < 0
-        message = f"collector {c} (pid {proc.pid}) " + ("died unexpectedly" if self._control.rows[c, READY] else "exited while starting")
+        message = f"collector {c} (pid {proc.pid}) " + (
+            "died unexpectedly" if self._control.rows[c, READY] else "exited while starting"
+        )
         message += f" with exit code {code}" + (f" (killed by signal {-code})" if signalled else "")
         if not self._control.rows[c, READY] and not signalled:
             message += (
                 ", before it could report an error (its traceback is on stderr above). Usual causes: the script creates "
-                "the AsyncRunner outside `if __name__ == \"__main__\":`, or env_fn is not importable by the spawned "
+                'the AsyncRunner outside `if __name__ == "__main__":`, or env_fn is not importable by the spawned '
                 "process (define it at module level); collectors are spawned processes that import the script"
             )
         return CollectorError(message, collector=c, pid=proc.pid, exitcode=code, traceback=None)
@@ -437,7 +446,9 @@ class AsyncRunner:
         if log_interval is None:
             log_interval = self._loop.default_log_interval
         try:
-            total, callback = model._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+            total, callback = model._setup_learn(
+                total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+            )
             callback.on_training_start(locals(), globals())
             self._t0 = time.monotonic()
             self.metrics.begin()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from unilab_gym.replay.segment import Segment
+from unilab_gym.shm import Segment
 
 _VERSION, _SIZE, _SEQ0, _TIME0 = 0, 1, 2, 4
 _HEADER_INTS = 8
@@ -71,7 +71,7 @@ class SharedWeights:
         ]
 
     @classmethod
-    def attach(cls, handle: WeightsHandle) -> "SharedWeights":
+    def attach(cls, handle: WeightsHandle) -> SharedWeights:
         """Map the segment of ``handle`` as a reader (raises ``SegmentNotFoundError`` if it is gone)."""
         return cls(handle.size, Segment.attach(handle.name))
 

@@ -27,9 +27,7 @@ JOINT_NAMES: tuple[str, ...] = tuple(
 #: Nominal standing pose in rad, in joint order. Source: legged_gym's A1 config
 #: (``a1_config.py``, Rudin et al. 2022, "Learning to Walk in Minutes Using Massively
 #: Parallel Deep RL"): hip ±0.1, thigh 0.8 (front) / 1.0 (rear), calf -1.5.
-NOMINAL_JOINT_POS = np.array(
-    [-0.1, 0.8, -1.5, 0.1, 0.8, -1.5, -0.1, 1.0, -1.5, 0.1, 1.0, -1.5], dtype=np.float64
-)
+NOMINAL_JOINT_POS = np.array([-0.1, 0.8, -1.5, 0.1, 0.8, -1.5, -0.1, 1.0, -1.5, 0.1, 1.0, -1.5], dtype=np.float64)
 
 #: Base (trunk) height in m at which the robot is spawned, feet just above the ground
 #: in the nominal pose (thigh and calf are 0.2 m each in the URDF).

@@ -97,14 +97,20 @@ class RobotState:
     torques: np.ndarray
 
     @classmethod
-    def zeros(cls, n: int) -> "RobotState":
+    def zeros(cls, n: int) -> RobotState:
         j = a1.NUM_JOINTS
         return cls(
-            np.zeros((n, 3)), np.zeros((n, 4)), np.zeros((n, 3)), np.zeros((n, 3)),
-            np.zeros((n, j)), np.zeros((n, j)), np.zeros(n, dtype=bool), np.zeros((n, j)),
+            np.zeros((n, 3)),
+            np.zeros((n, 4)),
+            np.zeros((n, 3)),
+            np.zeros((n, 3)),
+            np.zeros((n, j)),
+            np.zeros((n, j)),
+            np.zeros(n, dtype=bool),
+            np.zeros((n, j)),
         )
 
-    def rows(self, rows: slice) -> "RobotState":
+    def rows(self, rows: slice) -> RobotState:
         """Views (no copy) of the rows ``rows`` of every array."""
         return RobotState(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
 
@@ -153,7 +159,9 @@ class ClusterWorld:
         )
         # An infinite ground plane (pybullet_data's plane.urdf is a 200 m box: lanes and long
         # walks would leave it), friction 1 as in plane.urdf.
-        ground_visual = p.createVisualShape(p.GEOM_MESH, fileName=a1.PLANE_MESH_PATH, physicsClientId=c) if visual else -1
+        ground_visual = (
+            p.createVisualShape(p.GEOM_MESH, fileName=a1.PLANE_MESH_PATH, physicsClientId=c) if visual else -1
+        )
         self._plane = p.createMultiBody(
             0.0, p.createCollisionShape(p.GEOM_PLANE, physicsClientId=c), ground_visual, physicsClientId=c
         )
@@ -167,7 +175,10 @@ class ClusterWorld:
             for link in range(-1, p.getNumJoints(robot, physicsClientId=c)):
                 p.setCollisionFilterGroupMask(robot, link, _ROBOT_GROUP, _GROUND_GROUP, physicsClientId=c)
             self._robots.append(robot)
-        names = [p.getJointInfo(self._robots[0], j, physicsClientId=c)[1].decode() for j in range(p.getNumJoints(self._robots[0], physicsClientId=c))]
+        names = [
+            p.getJointInfo(self._robots[0], j, physicsClientId=c)[1].decode()
+            for j in range(p.getNumJoints(self._robots[0], physicsClientId=c))
+        ]
         self.joint_ids = [names.index(n) for n in a1.JOINT_NAMES]
         #: Torque limit of each joint in N·m, from the URDF ``<limit effort=...>``.
         self.torque_limits = np.array(
@@ -185,7 +196,9 @@ class ClusterWorld:
         self._offset_robots = np.zeros(0, dtype=np.int64)  # robots with a non-zero centre-of-mass offset
         for robot in self._robots:
             # pybullet's default velocity motors would fight the torques we apply.
-            p.setJointMotorControlArray(robot, self.joint_ids, p.VELOCITY_CONTROL, forces=[0.0] * a1.NUM_JOINTS, physicsClientId=c)
+            p.setJointMotorControlArray(
+                robot, self.joint_ids, p.VELOCITY_CONTROL, forces=[0.0] * a1.NUM_JOINTS, physicsClientId=c
+            )
         self._closed = False
 
     def reset_robots(self, idx: np.ndarray, lanes: np.ndarray, joint_pos: np.ndarray) -> None:
@@ -206,7 +219,9 @@ class ClusterWorld:
                 p.resetJointState(robot, j, joint_pos[row, k], 0.0, physicsClientId=c)
         self.state.torques[idx] = 0.0
 
-    def set_dynamics(self, idx: np.ndarray, friction: np.ndarray, trunk_mass: np.ndarray, com_offset: np.ndarray) -> None:
+    def set_dynamics(
+        self, idx: np.ndarray, friction: np.ndarray, trunk_mass: np.ndarray, com_offset: np.ndarray
+    ) -> None:
         """Set the physics of robots ``idx``; every value is written, so nothing of an earlier setting remains.
 
         Args:
@@ -247,7 +262,9 @@ class ClusterWorld:
         for i, t in zip(rows, torque):
             p.applyExternalTorque(self._robots[i], -1, t.tolist(), p.WORLD_FRAME, physicsClientId=c)
 
-    def step(self, targets: np.ndarray, kp: np.ndarray, kd: np.ndarray, torque_limits: np.ndarray, substeps: int) -> None:
+    def step(
+        self, targets: np.ndarray, kp: np.ndarray, kd: np.ndarray, torque_limits: np.ndarray, substeps: int
+    ) -> None:
         """Advance the world one slice of ``substeps`` physics steps under PD control.
 
         Every substep applies ``tau = clip(kp * (targets - q) - kd * qd, -limit, limit)`` to

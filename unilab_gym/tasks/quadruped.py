@@ -50,7 +50,7 @@ class RewardWeights:
     alive: float = 0.1
 
     @classmethod
-    def from_dict(cls, weights: dict[str, float] | None) -> "RewardWeights":
+    def from_dict(cls, weights: dict[str, float] | None) -> RewardWeights:
         """Defaults overridden by ``weights``; an unknown name raises ``ValueError``."""
         weights = dict(weights or {})
         known = {f.name for f in fields(cls)}
@@ -153,7 +153,9 @@ class TerminationConfig:
     trunk_contact: bool = True
 
 
-def fall_conditions(base_height: np.ndarray, base_quat: np.ndarray, trunk_contact: np.ndarray, cfg: TerminationConfig) -> np.ndarray:
+def fall_conditions(
+    base_height: np.ndarray, base_quat: np.ndarray, trunk_contact: np.ndarray, cfg: TerminationConfig
+) -> np.ndarray:
     """(N, 3) bool: which fall conditions hold, columns ``height`` (base under ``min_base_height``),
     ``tilt`` (|roll| or |pitch| over ``max_tilt``), ``trunk_contact`` (only if ``cfg.trunk_contact``)."""
     roll, pitch = roll_pitch(base_quat)
@@ -164,6 +166,8 @@ def fall_conditions(base_height: np.ndarray, base_quat: np.ndarray, trunk_contac
     return out
 
 
-def fallen(base_height: np.ndarray, base_quat: np.ndarray, trunk_contact: np.ndarray, cfg: TerminationConfig) -> np.ndarray:
+def fallen(
+    base_height: np.ndarray, base_quat: np.ndarray, trunk_contact: np.ndarray, cfg: TerminationConfig
+) -> np.ndarray:
     """(N,) bool: which robots have fallen (the ``terminated`` flag): any of :func:`fall_conditions`."""
     return fall_conditions(base_height, base_quat, trunk_contact, cfg).any(axis=1)

@@ -31,7 +31,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     _posixshmem = None
 
-__all__ = ["Segment", "SegmentNotFoundError", "DEFAULT_PREFIX", "new_segment_name"]
+__all__ = ["DEFAULT_PREFIX", "Segment", "SegmentNotFoundError", "new_segment_name"]
 
 DEFAULT_PREFIX = "unilab_"
 
@@ -156,9 +156,7 @@ class Segment:
     def _wrap(cls, name: str, size: int, mm: mmap.mmap, fd: int, owner: bool) -> Segment:
         self = object.__new__(cls)
         self.name, self.size, self.buf, self.fd, self.owner = name, size, memoryview(mm), fd, owner
-        self._finalizer = weakref.finalize(
-            self, _release, mm, self.buf, fd, name if owner else None, os.getpid()
-        )
+        self._finalizer = weakref.finalize(self, _release, mm, self.buf, fd, name if owner else None, os.getpid())
         return self
 
     @property

@@ -21,7 +21,21 @@ import numpy as np
 
 #: Upper bounds (Prometheus ``le``) of the latency buckets, in µs; a last +Inf bucket follows.
 LATENCY_BUCKETS_US: tuple[float, ...] = (
-    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    1_000_000,
 )
 
 

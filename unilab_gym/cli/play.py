@@ -1,0 +1,87 @@
+"""``unilab-gym play``: load a saved SB3 model and write a video of env 0 of UniLab/Quadruped-v0.
+
+    unilab-gym play runs/sac_sb3/model.zip                      # -> runs/sac_sb3/model.mp4
+    unilab-gym play runs/ppo_sb3/model.zip --out ppo.gif --steps 250
+
+``python examples/play.py ...`` runs the same command.
+
+The algorithm is read from the saved file. ``<model>_vecnormalize.pkl`` next to the model
+(written by ``train_ppo_sb3.py``) is loaded if present. Frames come from the env's
+``render_mode="rgb_array"`` (240x320); ``.mp4`` needs ``imageio-ffmpeg``, ``.gif`` only Pillow.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import imageio
+import numpy as np
+from stable_baselines3 import A2C, DDPG, PPO, SAC, TD3
+from stable_baselines3.common.save_util import load_from_zip_file
+from stable_baselines3.common.vec_env import VecNormalize
+
+from unilab_gym.integrations.sb3 import make_sb3_env
+
+ALGOS = {cls.__name__.lower(): cls for cls in (SAC, PPO, TD3, DDPG, A2C)}
+
+
+def algo_of(path: Path):
+    """The SB3 algorithm class that saved ``path``, from the hyperparameters it stored."""
+    data, _, _ = load_from_zip_file(path, load_data=True, device="cpu")
+    for key, cls in (("target_entropy", SAC), ("clip_range", PPO), ("policy_delay", TD3), ("normalize_advantage", A2C)):
+        if key in data:
+            return cls
+    raise ValueError(f"{path} was not saved by one of {sorted(ALGOS)}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="unilab-gym play", description="Load a saved SB3 model and write a video of env 0."
+    )
+    parser.add_argument("model", type=Path, help="a model .zip saved by SB3")
+    parser.add_argument("--out", type=Path, default=None, help="video file, .mp4 or .gif (default: next to the model)")
+    parser.add_argument("--steps", type=int, default=500, help="control steps to record (50 per second)")
+    parser.add_argument("--algo", choices=sorted(ALGOS), default=None, help="default: read from the file")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic ones")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    args = parse_args(argv)
+    if not args.model.exists():
+        raise SystemExit(f"no model at {args.model}")
+    out = args.out or args.model.with_suffix(".mp4")
+    if out.suffix not in (".mp4", ".gif"):
+        raise SystemExit(f"--out must end in .mp4 or .gif, got {out}")
+    algo = ALGOS[args.algo] if args.algo else algo_of(args.model)
+    model = algo.load(args.model, device="cpu")
+    env = make_sb3_env("UniLab/Quadruped-v0", 1, seed=args.seed, render_mode="rgb_array")
+    stats = args.model.with_name(args.model.stem + "_vecnormalize.pkl")
+    if stats.exists():
+        env = VecNormalize.load(str(stats), env)
+        env.training, env.norm_reward = False, False
+    fps = env.unwrapped.metadata["render_fps"]
+    obs = env.reset()
+    frames, total, episodes = [env.render()], 0.0, 0
+    for _ in range(args.steps):
+        action, _ = model.predict(obs, deterministic=not args.stochastic)
+        obs, reward, done, infos = env.step(action)
+        total += float(env.get_original_reward()[0]) if isinstance(env, VecNormalize) else float(reward[0])
+        episodes += int(done[0])
+        frames.append(env.render())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".gif":
+        imageio.mimsave(out, frames, duration=1000 / fps, loop=0)
+    else:
+        with imageio.get_writer(out, fps=fps) as writer:
+            for frame in frames:
+                writer.append_data(np.asarray(frame))
+    print(f"wrote {out}: {len(frames)} frames, return {total:.2f} over {args.steps} steps ({episodes} episode ends)")
+    env.close()
+    return out
+
+
+if __name__ == "__main__":
+    main()

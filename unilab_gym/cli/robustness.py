@@ -1,0 +1,591 @@
+"""Robustness report: evaluate a saved Stable-Baselines3 policy over a grid of physics perturbations.
+
+    unilab-gym robustness --model runs/ppo_dr/model.zip --algo ppo --episodes 1000 \\
+        --grid friction=0.3:1.2:4,mass=-1:3:4 --out robustness/
+    unilab-gym robustness --replay robustness/results.json --video fail.mp4
+
+Each grid axis is ``name=low:high:n`` (``n`` evenly spaced values, ``numpy.linspace``) over a
+parameter of :data:`unilab_gym.randomization.PARAMETERS` (``mass`` is short for ``added_mass``);
+every combination of axis values is a *cell*, and parameters off the grid stay nominal. The
+episodes (``--episodes`` in total, split evenly over the cells, rounded up) run batched on
+:class:`~unilab_gym.vector_env.UniLabVectorEnv` (at most ``--num-envs`` robots at a time), one
+episode per robot, with ``model.predict(obs, deterministic=True)``. Every cell sees the same
+episode seeds (so the same commands and initial poses: common random numbers).
+
+*Success* is an episode that reaches the time limit (``--max-episode-steps`` control steps)
+without a fall; the fall rate is one minus the success rate, broken down by the conditions that
+held at the fall (height, tilt, trunk contact; they can co-occur).
+
+Writes to ``--out``: ``report.md`` (cells worst first: success rate, fall rate, mean return),
+``heatmap.png`` (success rate over the first two axes, averaged over any further ones) and
+``results.json`` (the raw data: every episode's record, as in :mod:`unilab_gym.trace`, plus its cell).
+
+``--replay results.json[:INDEX]`` re-runs one episode (by default the first failure of the worst
+cell) with the policy and checks it against its record; ``--video`` records it. To get the very
+same actions, the policy is run on a batch of the original shape with the episode's observation
+at its original row (matrix products round differently for other batch shapes), with torch on
+one thread (``--threads``, the same as the evaluation's).
+
+This module imports torch, Stable-Baselines3 and matplotlib only when its functions run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from unilab_gym.randomization import PARAMETERS, DomainRandomization
+from unilab_gym.trace import FALL_CONDITIONS, package_versions
+
+RESULTS_FORMAT = "unilab-gym/robustness"
+RESULTS_FORMAT_VERSION = 1
+
+#: Short axis names accepted by ``--grid``.
+AXIS_ALIASES = {"mass": "added_mass"}
+
+#: ``(n, 48) float32 observations -> (n, 12) actions``
+Policy = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One grid axis: a parameter name and its values."""
+
+    name: str
+    values: tuple[float, ...]
+
+
+def parse_grid(text: str) -> list[Axis]:
+    """Parse ``"name=low:high:n,name=low:high:n,..."`` into axes.
+
+    Raises:
+        ValueError: a malformed axis, an unknown name (the message lists the valid ones), a
+            repeated name, ``n < 1``, ``low > high``, or values a parameter does not accept.
+    """
+    valid = sorted([*PARAMETERS, *AXIS_ALIASES])
+    axes: list[Axis] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, spec = part.partition("=")
+        name = name.strip()
+        fields = spec.split(":")
+        if not sep or len(fields) != 3:
+            raise ValueError(f"grid axis {part!r} must look like name=low:high:n, e.g. friction=0.3:1.2:4")
+        if name not in PARAMETERS and name not in AXIS_ALIASES:
+            raise ValueError(f"unknown grid axis {name!r}; valid names: {valid}")
+        name = AXIS_ALIASES.get(name, name)
+        if any(a.name == name for a in axes):
+            raise ValueError(f"grid axis {name!r} given twice")
+        try:
+            lo, hi, n = float(fields[0]), float(fields[1]), int(fields[2])
+        except ValueError:
+            raise ValueError(f"grid axis {part!r}: low and high must be numbers and n an integer") from None
+        if n < 1 or lo > hi or (n == 1 and lo != hi):
+            raise ValueError(f"grid axis {part!r}: need low <= high and n >= 1 (n = 1 needs low == high)")
+        values = tuple(float(v) for v in np.linspace(lo, hi, n))
+        for v in values:  # the env's own validation, with its message
+            DomainRandomization({name: v})
+        axes.append(Axis(name, values))
+    if not axes:
+        raise ValueError("the grid needs at least one axis, e.g. friction=0.3:1.2:4")
+    return axes
+
+
+def grid_cells(axes: Sequence[Axis]) -> list[dict[str, float]]:
+    """Every combination of axis values, as ``{name: value}``, the last axis varying fastest."""
+    return [dict(zip((a.name for a in axes), combo)) for combo in itertools.product(*(a.values for a in axes))]
+
+
+def evaluate(
+    policy: Policy,
+    axes: Sequence[Axis],
+    episodes: int,
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    num_envs: int = 64,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Run ``episodes`` episodes (rounded up to a multiple of the number of cells) over the grid.
+
+    Args:
+        policy: maps (n, 48) float32 observations to (n, 12) actions.
+        axes: the grid (see :func:`parse_grid`).
+        episodes: total number of episodes, split evenly over the cells (rounded up).
+        env_kwargs: task arguments of :class:`~unilab_gym.vector_env.UniLabVectorEnv`
+            (``max_episode_steps`` ...); not ``domain_randomization``, which the grid sets.
+        num_envs: most robots stepped at once.
+        seed: episode ``j`` of every cell runs in an env seeded ``seed + j``.
+        progress: show a tqdm progress bar of finished episodes.
+
+    Returns:
+        One trace record per episode (see :mod:`unilab_gym.trace`) with ``"cell"`` (the cell's
+        axis values) and ``"num_envs"`` (the batch it ran in; ``"env"`` is its row).
+    """
+    from tqdm.auto import tqdm
+
+    from unilab_gym.vector_env import UniLabVectorEnv
+
+    env_kwargs = dict(env_kwargs or {})
+    if "domain_randomization" in env_kwargs:
+        raise ValueError("env_kwargs must not set domain_randomization: the grid sets the parameters")
+    cells = grid_cells(axes)
+    per_cell = math.ceil(episodes / len(cells))
+    records: list[dict[str, Any]] = []
+    with tqdm(total=per_cell * len(cells), desc="robustness", unit="episode", disable=not progress) as bar:
+        for cell in cells:
+            for start in range(0, per_cell, num_envs):
+                n = min(num_envs, per_cell - start)
+                env = UniLabVectorEnv(n, autoreset_mode="Disabled", domain_randomization=cell, **env_kwargs)
+                try:
+                    obs, _ = env.reset(seed=seed + start)
+                    done = np.zeros(n, dtype=bool)
+                    while not done.all():
+                        obs, _, terminated, truncated, _ = env.step(policy(obs))
+                        new = (terminated | truncated) & ~done
+                        done |= new
+                        bar.update(int(new.sum()))
+                    for record in env.parameter_trace():  # the first episode of each env
+                        records.append({**record, "cell": dict(cell), "num_envs": n})
+                finally:
+                    env.close()
+    return records
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (Wilson 1927), 95 % for z = 1.96."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def summarize(records: Sequence[dict[str, Any]], axes: Sequence[Axis]) -> list[dict[str, Any]]:
+    """Per-cell statistics, worst cells first (lowest success rate, then lowest mean return).
+
+    Each: ``cell``, ``episodes``, ``success_rate``, ``success_ci95`` (Wilson interval),
+    ``fall_rate``, ``fall_conditions`` (fraction
+    of the cell's episodes that fell with each condition holding), ``mean_return``, ``std_return``,
+    ``mean_length`` (control steps).
+    """
+    out = []
+    for cell in grid_cells(axes):
+        rs = [r for r in records if r["cell"] == cell]
+        if not rs:
+            continue
+        falls = [r for r in rs if r["termination"] == "fall"]
+        returns = np.array([r["return"] for r in rs])
+        out.append(
+            {
+                "cell": cell,
+                "episodes": len(rs),
+                "success_rate": 1.0 - len(falls) / len(rs),
+                "success_ci95": wilson_interval(len(rs) - len(falls), len(rs)),
+                "fall_rate": len(falls) / len(rs),
+                "fall_conditions": {
+                    c: sum(c in r["fall_conditions"] for r in falls) / len(rs) for c in FALL_CONDITIONS
+                },
+                "mean_return": float(returns.mean()),
+                "std_return": float(returns.std()),
+                "mean_length": float(np.mean([r["length"] for r in rs])),
+            }
+        )
+    return sorted(out, key=lambda s: (s["success_rate"], s["mean_return"]))
+
+
+def _axis_label(name: str) -> str:
+    unit = PARAMETERS[name].unit
+    return f"{name} ({unit})" if unit not in ("", "×") else name
+
+
+def write_heatmap(path: Path, summary: Sequence[dict[str, Any]], axes: Sequence[Axis]) -> Path:
+    """Success rate over the first two axes (x: first, y: second), averaged over any further ones."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x_axis = axes[0]
+    y_axis = axes[1] if len(axes) > 1 else None
+    grid = np.zeros((len(y_axis.values) if y_axis else 1, len(x_axis.values)))
+    counts = np.zeros_like(grid)
+    for s in summary:
+        col = x_axis.values.index(s["cell"][x_axis.name])
+        row = y_axis.values.index(s["cell"][y_axis.name]) if y_axis else 0
+        grid[row, col] += s["success_rate"]
+        counts[row, col] += 1
+    grid /= np.maximum(counts, 1)
+    fig, ax = plt.subplots(figsize=(1.3 * len(x_axis.values) + 2.5, 1.0 * grid.shape[0] + 2.0))
+    image = ax.imshow(grid, origin="lower", cmap="RdYlGn", vmin=0.0, vmax=1.0, aspect="auto")
+    for (row, col), value in np.ndenumerate(grid):
+        ax.text(col, row, f"{value:.0%}", ha="center", va="center", color="black", fontsize=9)
+    ax.set_xticks(range(len(x_axis.values)), [f"{v:.3g}" for v in x_axis.values])
+    ax.set_xlabel(_axis_label(x_axis.name))
+    if y_axis:
+        ax.set_yticks(range(len(y_axis.values)), [f"{v:.3g}" for v in y_axis.values])
+        ax.set_ylabel(_axis_label(y_axis.name))
+    else:
+        ax.set_yticks([])
+    counts_per_cell = sorted({s["episodes"] for s in summary})
+    span = f"{counts_per_cell[0]}" if len(counts_per_cell) == 1 else f"{counts_per_cell[0]}-{counts_per_cell[-1]}"
+    title = f"success rate ({span} episodes per cell)"
+    if len(axes) > 2:
+        title += f" (mean over {', '.join(a.name for a in axes[2:])})"
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, format=matplotlib.ticker.PercentFormatter(1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_report(out: Path, results: dict[str, Any]) -> Path:
+    """``report.md``: settings, the per-cell table (worst first), the heat map and how to replay a failure."""
+    axes = [Axis(name, tuple(values)) for name, values in results["grid"].items()]
+    summary = results["cells"]
+    episodes = results["episodes"]
+    steps = results["env"]["max_episode_steps"]
+    seconds = steps * results["env"]["dt"] * results["env"]["substeps"]
+    term = results["env"]["termination"]
+    succeeded = sum(r["termination"] == "time_limit" for r in episodes)
+    lines = [
+        f"# Robustness report: `{Path(results['model']).name}`",
+        "",
+        f"- Policy: `{results['model']}` ({results['algo'].upper()}, deterministic actions"
+        + (f", observations normalized with `{Path(results['vecnormalize']).name}`" if results["vecnormalize"] else "")
+        + ").",
+        f"- {len(episodes)} episodes: {results['episodes_per_cell']} per cell over {len(summary)} cells; "
+        f"episode `j` of every cell has env seed {results['seed']} + `j` (the same commands and initial poses in every cell).",
+        f"- Success: the episode reaches the time limit ({steps} control steps, {seconds:g} s) without a fall "
+        f"(base height < {term['min_base_height']} m, |roll| or |pitch| > {term['max_tilt']} rad"
+        + (", or the trunk touching the ground" if term["trunk_contact"] else "")
+        + "). Fall rate = 1 − success rate; its columns give the share of episodes that fell with each condition holding. "
+        "The 95 % interval of the success rate is Wilson's.",
+        "- Parameters off the grid are nominal: "
+        + ", ".join(f"{name} {PARAMETERS[name].nominal:g}" for name in PARAMETERS if name not in results["grid"])
+        + ".",
+        f"- Overall success rate: {succeeded / len(episodes):.1%}.",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in results["packages"].items() if v) + ".",
+        "",
+        "| rank | "
+        + " | ".join(_axis_label(a.name) for a in axes)
+        + " | episodes | success [95% CI] | fall | fall: height / tilt / trunk contact | mean return ± std | mean length (steps) |",
+        "|---:|" + "---:|" * len(axes) + "---:|---:|---:|---:|---:|---:|",
+    ]
+    for rank, s in enumerate(summary, 1):
+        fc = s["fall_conditions"]
+        lines.append(
+            f"| {rank} | "
+            + " | ".join(f"{s['cell'][a.name]:.3g}" for a in axes)
+            + f" | {s['episodes']} | {s['success_rate']:.0%} [{s['success_ci95'][0]:.0%}, {s['success_ci95'][1]:.0%}]"
+            f" | {s['fall_rate']:.0%} | "
+            f"{fc['height']:.0%} / {fc['tilt']:.0%} / {fc['trunk_contact']:.0%} | "
+            f"{s['mean_return']:.2f} ± {s['std_return']:.2f} | {s['mean_length']:.0f} |"
+        )
+    lines += ["", "![success rate heat map](heatmap.png)", ""]
+    failure = first_failure(results)
+    if failure is not None:
+        r = episodes[failure]
+        cell = ", ".join(f"{k}={v:.3g}" for k, v in r["cell"].items())
+        lines += [
+            f"Replay the first failure of the worst cell ({cell}; episode seed {r['episode_seed']}, "
+            f"fell after {r['length']} steps: {', '.join(r['fall_conditions'])}) and record it:",
+            "",
+            "```bash",
+            f"unilab-gym robustness --replay {out / 'results.json'}:{failure} --video failure.mp4",
+            "```",
+            "",
+        ]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def first_failure(results: dict[str, Any]) -> int | None:
+    """Index in ``results["episodes"]`` of the first fall of the worst cell that has one, or ``None``."""
+    for s in results["cells"]:
+        for k, r in enumerate(results["episodes"]):
+            if r["cell"] == s["cell"] and r["termination"] == "fall":
+                return k
+    return None
+
+
+# ---------------------------------------------------------------------------------------- policy
+def _algorithms() -> dict[str, Any]:
+    from stable_baselines3 import PPO, SAC, TD3
+
+    return {"ppo": PPO, "sac": SAC, "td3": TD3}
+
+
+def default_vecnormalize(model: Path) -> Path | None:
+    """``<model stem>_vecnormalize.pkl`` next to the model (as ``examples/train_ppo_dr.py`` writes it), if it exists."""
+    path = model.with_name(model.stem + "_vecnormalize.pkl")
+    return path if path.exists() else None
+
+
+def load_policy(model: str | Path, algo: str, vecnormalize: str | Path | None = None) -> Policy:
+    """A batched deterministic policy from an SB3 ``.zip`` (loaded on the CPU).
+
+    Args:
+        model: path of the saved model.
+        algo: ``"ppo"``, ``"sac"`` or ``"td3"``.
+        vecnormalize: a pickled SB3 ``VecNormalize`` whose observation statistics the policy was
+            trained with (they are applied, frozen), or ``None``.
+
+    Raises:
+        ValueError: an unknown ``algo``. FileNotFoundError: a missing file.
+    """
+    import pickle
+
+    algorithms = _algorithms()
+    if algo not in algorithms:
+        raise ValueError(f"algo must be one of {sorted(algorithms)}, got {algo!r}")
+    for path in (model, vecnormalize):
+        if path is not None and not Path(path).exists():
+            raise FileNotFoundError(f"no such file: {path}")
+    sb3_model = algorithms[algo].load(str(model), device="cpu")
+    normalizer = None
+    if vecnormalize is not None:
+        with open(vecnormalize, "rb") as f:
+            normalizer = pickle.load(f)  # what VecNormalize.load does, without needing an env
+        normalizer.training = False
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        if normalizer is not None:
+            obs = normalizer.normalize_obs(obs)
+        return sb3_model.predict(obs, deterministic=True)[0]
+
+    return policy
+
+
+# ---------------------------------------------------------------------------------------- replay
+def replay(
+    results: dict[str, Any],
+    index: int,
+    policy: Policy,
+    video: str | Path | None = None,
+) -> dict[str, Any]:
+    """Re-run episode ``index`` of ``results`` with ``policy``; optionally write a video of it.
+
+    The episode's observation is fed to the policy at its original row of a batch of the
+    original shape, so the actions are the evaluation's bit for bit (same torch thread count).
+
+    Returns:
+        The replayed episode's ``return``, ``length``, ``termination``, ``fall_conditions`` and
+        ``matches`` (all four equal to the record's).
+    """
+    from unilab_gym.vector_env import replay_env
+
+    record = results["episodes"][index]
+    render = video is not None
+    env, obs, _ = replay_env(
+        results["env"], record, autoreset_mode="Disabled", render_mode="rgb_array" if render else None
+    )
+    batch = np.zeros((record["num_envs"], obs.shape[1]), dtype=obs.dtype)
+    row = record["env"]
+    frames = [env.render_env(0)] if render else []
+    total, length = 0.0, 0
+    try:
+        while True:
+            batch[row] = obs[0]
+            action = policy(batch)[row : row + 1]
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward[0])
+            length += 1
+            if render:
+                frames.append(env.render_env(0))
+            if terminated[0] or truncated[0]:
+                break
+        conditions = env.parameter_trace()[0]["fall_conditions"]
+    finally:
+        env.close()
+    if render:
+        _write_video(Path(video), frames, fps=int(round(1.0 / (results["env"]["dt"] * results["env"]["substeps"]))))
+    out = {
+        "return": total,
+        "length": length,
+        "termination": "fall" if terminated[0] else "time_limit",
+        "fall_conditions": conditions,
+    }
+    out["matches"] = all(out[k] == record[k] for k in ("return", "length", "termination", "fall_conditions"))
+    return out
+
+
+def _write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
+    import imageio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".gif":
+        imageio.mimsave(path, frames, duration=1000 / fps, loop=0)
+    else:
+        with imageio.get_writer(path, fps=fps) as writer:
+            for frame in frames:
+                writer.append_data(frame)
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="unilab-gym robustness",
+        description="Evaluate a saved SB3 policy over a grid of physics perturbations; write a Markdown "
+        "report, a success-rate heat map and the raw JSON. Or replay one episode of such a run.",
+    )
+    parser.add_argument("--model", type=Path, help="SB3 model .zip (for --replay: default, the one in the results)")
+    parser.add_argument("--algo", choices=["ppo", "sac", "td3"], help="algorithm that saved --model")
+    parser.add_argument(
+        "--vecnormalize",
+        type=Path,
+        default=None,
+        help="VecNormalize statistics (default: <model stem>_vecnormalize.pkl next to the model, if present)",
+    )
+    parser.add_argument("--grid", help="axes name=low:high:n, comma-separated, e.g. friction=0.3:1.2:4,mass=-1:3:4")
+    parser.add_argument(
+        "--episodes", type=int, default=1000, help="total episodes, split evenly over the cells (default 1000)"
+    )
+    parser.add_argument(
+        "--max-episode-steps", type=int, default=1000, help="episode length in control steps (default 1000 = 20 s)"
+    )
+    parser.add_argument("--num-envs", type=int, default=64, help="robots stepped at once (default 64)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("robustness"), help="output directory (default ./robustness)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (default 1; replays need the evaluation's value)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--replay",
+        metavar="RESULTS[:INDEX]",
+        help="re-run episode INDEX of a results.json (default: the first failure of the worst cell)",
+    )
+    parser.add_argument(
+        "--video", type=Path, default=None, help="with --replay: write a video of the episode (.mp4 or .gif)"
+    )
+    return parser
+
+
+def _run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Path:
+    if args.model is None or args.algo is None or args.grid is None:
+        parser.error("--model, --algo and --grid are required (or use --replay)")
+    if args.episodes < 1 or args.num_envs < 1 or args.max_episode_steps < 1:
+        parser.error("--episodes, --num-envs and --max-episode-steps must be >= 1")
+    try:
+        axes = parse_grid(args.grid)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not args.model.exists():
+        parser.error(f"no model at {args.model}")
+    vecnormalize = args.vecnormalize or default_vecnormalize(args.model)
+    _set_threads(args.threads)
+    policy = load_policy(args.model, args.algo, vecnormalize)
+    records = evaluate(
+        policy,
+        axes,
+        args.episodes,
+        env_kwargs={"max_episode_steps": args.max_episode_steps},
+        num_envs=args.num_envs,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    from unilab_gym.vector_env import UniLabVectorEnv
+
+    probe = UniLabVectorEnv(1, max_episode_steps=args.max_episode_steps)  # its task_config, for the record
+    env_config = {k: v for k, v in probe.task_config.items() if k != "domain_randomization"}
+    probe.close()
+    results = {
+        "format": RESULTS_FORMAT,
+        "format_version": RESULTS_FORMAT_VERSION,
+        "model": str(args.model),
+        "algo": args.algo,
+        "vecnormalize": str(vecnormalize) if vecnormalize else None,
+        "threads": args.threads,
+        "seed": args.seed,
+        "success": "the episode reaches the time limit without a fall",
+        "grid": {a.name: list(a.values) for a in axes},
+        "episodes_per_cell": math.ceil(args.episodes / len(grid_cells(axes))),
+        "packages": package_versions(),
+        "env": env_config,
+        "cells": summarize(records, axes),
+        "episodes": records,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results))
+    write_heatmap(args.out / "heatmap.png", results["cells"], axes)
+    report = write_report(args.out, results)
+    worst = results["cells"][0]
+    print(f"wrote {report}, {args.out / 'heatmap.png'}, {args.out / 'results.json'}")
+    print(f"worst cell {worst['cell']}: success {worst['success_rate']:.0%}, mean return {worst['mean_return']:.2f}")
+    return report
+
+
+def _run_replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    path, _, index_text = args.replay.rpartition(":") if ":" in Path(args.replay).name else (args.replay, "", "")
+    path = Path(path)
+    if not path.exists():
+        parser.error(f"no results file at {path}")
+    results = json.loads(path.read_text())
+    if results.get("format") != RESULTS_FORMAT:
+        parser.error(f"{path} is not a results.json written by unilab-gym robustness")
+    if index_text:
+        try:
+            index = int(index_text)
+        except ValueError:
+            parser.error(f"--replay index must be an integer, got {index_text!r}")
+        if not 0 <= index < len(results["episodes"]):
+            parser.error(f"--replay index {index} out of range: {path} has {len(results['episodes'])} episodes")
+    else:
+        index = first_failure(results)
+        if index is None:
+            parser.error(f"{path} has no failing episode; give an index, e.g. {path}:0")
+    model = args.model or Path(results["model"])
+    algo = args.algo or results["algo"]
+    vecnormalize = args.vecnormalize or (Path(results["vecnormalize"]) if results["vecnormalize"] else None)
+    if args.threads != results.get("threads", args.threads):
+        print(
+            f"warning: the evaluation used {results['threads']} torch thread(s), this replay {args.threads}",
+            file=sys.stderr,
+        )
+    _set_threads(args.threads)
+    outcome = replay(results, index, load_policy(model, algo, vecnormalize), video=args.video)
+    record = results["episodes"][index]
+    print(
+        f"episode {index} (cell {record['cell']}, episode seed {record['episode_seed']}): "
+        f"return {outcome['return']:.4f}, {outcome['length']} steps, {outcome['termination']}"
+        + (f" ({', '.join(outcome['fall_conditions'])})" if outcome["fall_conditions"] else "")
+        + (
+            " — identical to the record"
+            if outcome["matches"]
+            else f" — DIFFERS from the record (return {record['return']:.4f}, {record['length']} steps, {record['termination']})"
+        )
+    )
+    if args.video:
+        print(f"wrote {args.video}")
+    return outcome
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    """CLI entry point (see the module docstring)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.replay:
+        return _run_replay(args, parser)
+    return _run_report(args, parser)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Argument checks shared by every public boundary of the package.
+
+One answer everywhere: an integer argument accepts Python ``int`` and numpy integers
+(``np.int64(3)``), never ``bool``; a real argument accepts any finite real number (``int``,
+``float``, numpy scalars), never ``bool``. Each check returns the value converted to a plain
+Python ``int`` / ``float`` and raises ``ValueError`` naming the argument and the offending
+value, so callers validate at the boundary and keep no state from a bad call.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+#: numpy dtype kinds that hold real numbers: bool, signed and unsigned int, float.
+REAL_DTYPE_KINDS = frozenset("biuf")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as an ``int``, if it is an integer within ``[minimum, maximum]`` (either bound optional).
+
+    Raises:
+        ValueError: ``value`` is not an ``int`` / numpy integer (``bool`` is refused), or is out of range.
+    """
+    if not _is_int(value):
+        raise ValueError(f"{name} must be an int{_bounds(minimum, maximum)}, got {value!r}")
+    out = int(value)
+    if (minimum is not None and out < minimum) or (maximum is not None and out > maximum):
+        raise ValueError(f"{name} must be an int{_bounds(minimum, maximum)}, got {value!r}")
+    return out
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """``value`` as an ``int`` >= 1 (see :func:`check_int`).
+
+    Raises:
+        ValueError: not an integer, or < 1.
+    """
+    return check_int(name, value, minimum=1)
+
+
+def check_real(
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+) -> float:
+    """``value`` as a finite ``float`` within ``[minimum, maximum]`` (``(minimum, maximum]`` if ``exclusive_minimum``).
+
+    Raises:
+        ValueError: not a real number (``bool`` is refused), NaN or infinite, or out of range.
+    """
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    if ok:
+        out = float(value)
+        if minimum is not None and (out <= minimum if exclusive_minimum else out < minimum):
+            ok = False
+        if maximum is not None and out > maximum:
+            ok = False
+    if not ok:
+        low = "" if minimum is None else (f" > {minimum}" if exclusive_minimum else f" >= {minimum}")
+        high = "" if maximum is None else f" <= {maximum}"
+        joined = " and".join(part for part in (low, high) if part)
+        raise ValueError(f"{name} must be a finite number{joined}, got {value!r}")
+    return out
+
+
+def check_positive(name: str, value: Any) -> float:
+    """``value`` as a finite ``float`` > 0 (see :func:`check_real`).
+
+    Raises:
+        ValueError: not a finite real number, or <= 0.
+    """
+    return check_real(name, value, minimum=0.0, exclusive_minimum=True)
+
+
+def check_real_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as a numpy array of real numbers (dtype kind in :data:`REAL_DTYPE_KINDS`), not copied if it is one.
+
+    Raises:
+        ValueError: the array's dtype is not bool, int or float (e.g. object, complex, str).
+    """
+    arr = value if type(value) is np.ndarray else np.asarray(value)
+    if arr.dtype.kind not in REAL_DTYPE_KINDS:
+        raise ValueError(f"{name} must hold real numbers (bool, int or float), got dtype {arr.dtype}")
+    return arr
+
+
+def _bounds(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f" in [{minimum}, {maximum}]"
+    if minimum is not None:
+        return " >= 1 (a positive int)" if minimum == 1 else f" >= {minimum}"
+    if maximum is not None:
+        return f" <= {maximum}"
+    return ""
