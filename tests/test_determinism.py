@@ -120,6 +120,28 @@ def test_single_env_matches_vector_env_index():
     env.close()
 
 
+def contact_rollout(num_envs, envs_per_cluster, steps, first_env=0):
+    """(steps, num_envs, 5) bool: foot contacts (FR, FL, RR, RL) and trunk contact of envs ``first_env``..,
+    seeded and fed as in a vector env of envs 0.. seeded SEED."""
+    env = UniLabVectorEnv(num_envs, envs_per_cluster=envs_per_cluster, **TASK)
+    acts = np.stack([env_actions(first_env + i, steps) for i in range(num_envs)], axis=1)
+    env.reset(seed=SEED + first_env)
+    out = []
+    for t in range(steps):
+        env.step(acts[t])
+        state = env.robot_state
+        out.append(np.concatenate([state.foot_contact, state.trunk_contact[:, None]], axis=1))
+    env.close()
+    return np.stack(out)
+
+
+def test_contact_flags_do_not_depend_on_the_neighbours():
+    group = contact_rollout(7, 3, 60)
+    assert group[..., :4].any() and not group[..., :4].all()  # feet touch and leave the ground
+    for i in (0, 4, 6):
+        np.testing.assert_array_equal(group[:, i], contact_rollout(1, 1, 60, first_env=i)[:, 0])
+
+
 _DIGEST = """
 import hashlib, numpy as np, sys
 sys.path.insert(0, {path!r})

@@ -137,7 +137,7 @@ def test_bad_configs_raise_naming_the_key(config, name):
 
 
 def test_unknown_key_error_lists_valid_keys():
-    with pytest.raises(ValueError, match="valid keys.*friction.*push_velocity"):
+    with pytest.raises(ValueError, match=r"valid keys.*friction.*push_velocity"):
         DomainRandomization({"mass": (0, 1)})
 
 
@@ -206,9 +206,9 @@ def test_pushes_change_the_base_velocity_at_each_interval(make):
         if t < 6:  # the first push comes before step 6 (after 5 steps)
             np.testing.assert_array_equal(obs_p, obs_c)
         if t == 6:
-            dv = pushed.state.lin_vel[0, :2] - calm.state.lin_vel[0, :2]
+            dv = pushed.robot_state.lin_vel[0, :2] - calm.robot_state.lin_vel[0, :2]
             assert 0.5 < np.linalg.norm(dv) < 0.85, dv  # 0.8 m/s, minus 0.02 s of ground friction
-            assert abs(pushed.state.lin_vel[0, 2] - calm.state.lin_vel[0, 2]) < 0.1  # horizontal
+            assert abs(pushed.robot_state.lin_vel[0, 2] - calm.robot_state.lin_vel[0, 2]) < 0.1  # horizontal
 
 
 def test_com_offset_shifts_the_weight_between_front_and_rear_legs(make):
@@ -253,7 +253,9 @@ def test_neighbour_randomized_resets_do_not_leak():
 
 # --------------------------------------------------------------------------- parameter trace
 def _run_recording(env, steps, rng):
-    """Step ``env`` (NextStep autoreset) with random actions; return {(env, episode): (actions, obs, rewards, flags)}."""
+    """Step ``env`` (NextStep autoreset) with random actions.
+
+    Returns {(env, episode): (actions, obs, rewards, flags)}."""
     n = env.num_envs
     obs, _ = env.reset(seed=3)
     episode = np.zeros(n, dtype=int)
@@ -286,7 +288,7 @@ def test_trace_records_every_finished_episode(make):
         acts, _, rews, flags = log[(r["env"], r["episode"])]
         assert r["length"] == len(acts)
         assert r["return"] == pytest.approx(sum(rews), rel=1e-12)
-        terminated, truncated = flags[-1]
+        terminated, _ = flags[-1]
         assert r["termination"] == ("fall" if terminated else "time_limit")
         if r["termination"] == "fall":
             assert r["fall_conditions"] and set(r["fall_conditions"]) <= {"height", "tilt", "trunk_contact"}

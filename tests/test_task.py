@@ -4,7 +4,13 @@ import numpy as np
 import pybullet as p
 import pytest
 
+from unilab_gym.sim.rotation import quat_rotate
 from unilab_gym.tasks import quadruped as task
+
+
+def fallen(base_height, base_quat, trunk_contact, cfg):
+    """(N,) bool: which robots have fallen (the ``terminated`` flag), any of ``task.fall_conditions``."""
+    return task.fall_conditions(base_height, base_quat, trunk_contact, cfg).any(axis=1)
 
 
 def _random_quats(n, seed=0):
@@ -19,6 +25,16 @@ def test_quat_rotate_inverse_matches_pybullet_rotation_matrix():
     for q, v, o in zip(quats, vecs, out):
         rot = np.array(p.getMatrixFromQuaternion(q.tolist())).reshape(3, 3)  # body -> world
         np.testing.assert_allclose(o, rot.T @ v, atol=1e-12)
+
+
+def test_quat_rotate_matches_pybullet_rotation_matrix_and_inverts():
+    quats = _random_quats(20, seed=3)
+    vecs = np.random.default_rng(4).normal(size=(20, 3))
+    out = quat_rotate(quats, vecs)
+    for q, v, o in zip(quats, vecs, out):
+        rot = np.array(p.getMatrixFromQuaternion(q.tolist())).reshape(3, 3)  # body -> world
+        np.testing.assert_allclose(o, rot @ v, atol=1e-12)
+    np.testing.assert_allclose(task.quat_rotate_inverse(quats, out), vecs, atol=1e-12)
 
 
 def test_roll_pitch_match_pybullet_euler():
@@ -84,7 +100,7 @@ def test_reward_terms_perfect_tracking_and_penalties():
 
 
 def test_reward_weights_unknown_term_raises():
-    with pytest.raises(ValueError, match="unknown reward term.*'bogus'"):
+    with pytest.raises(ValueError, match=r"unknown reward term.*'bogus'"):
         task.RewardWeights.from_dict({"bogus": 1.0})
     assert task.RewardWeights.from_dict({"alive": 0.0}).alive == 0.0
 
@@ -96,9 +112,9 @@ def test_fallen_each_cause():
     pitched = p.getQuaternionFromEuler([0.0, cfg.max_tilt + 0.1, 0.0])
     quats = np.array([upright[0], tilted, pitched, upright[0]])
     heights = np.array([0.3, 0.3, 0.3, cfg.min_base_height - 0.01])
-    out = task.fallen(heights, quats, np.zeros(4, bool), cfg)
+    out = fallen(heights, quats, np.zeros(4, bool), cfg)
     assert out.tolist() == [False, True, True, True]
     contact = np.array([True, False, False, False])
-    assert task.fallen(np.full(4, 0.3), upright, contact, cfg).tolist() == [True, False, False, False]
+    assert fallen(np.full(4, 0.3), upright, contact, cfg).tolist() == [True, False, False, False]
     no_contact = task.TerminationConfig(trunk_contact=False)
-    assert not task.fallen(np.full(4, 0.3), upright, contact, no_contact).any()
+    assert not fallen(np.full(4, 0.3), upright, contact, no_contact).any()

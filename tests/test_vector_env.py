@@ -1,5 +1,8 @@
 """UniLabVectorEnv: Gymnasium creation and contract, autoreset modes, seeding, bad input, rendering."""
 
+import dataclasses
+import json
+
 import gymnasium as gym
 import numpy as np
 import pybullet as p
@@ -8,6 +11,7 @@ from gymnasium.error import ClosedEnvironmentError, ResetNeeded
 from gymnasium.vector import AutoresetMode
 
 from unilab_gym import QuadrupedEnv, UniLabVectorEnv
+from unilab_gym.tasks.config import QuadrupedConfig
 from unilab_gym.tasks.quadruped import OBS_LAYOUT
 
 ID = "UniLab/Quadruped-v0"
@@ -70,6 +74,60 @@ def test_make_vec_passes_env_kwargs():
     env.close()
 
 
+@pytest.mark.parametrize(
+    "maker",
+    [
+        lambda: gym.make(ID, num_envs=2, bogus=1),
+        lambda: gym.make_vec(ID, num_envs=2, bogus=1),
+        lambda: gym.make(ID, bogus=1),
+        lambda: UniLabVectorEnv(2, bogus=1),
+    ],
+)
+def test_unknown_argument_is_named_with_the_valid_ones(maker):
+    with pytest.raises(
+        TypeError, match=r"unexpected keyword argument.*\['bogus'\].*valid arguments.*max_episode_steps"
+    ):
+        maker()
+
+
+def test_task_config_is_the_config_as_json(make):
+    env = make(1, kp=30.0, lin_vel_x_range=[0.2, 0.4], reward_weights={"alive": 1.0}, termination={"max_tilt": 1})
+    assert isinstance(env.config, QuadrupedConfig)
+    assert list(env.task_config) == [f.name for f in dataclasses.fields(QuadrupedConfig)]
+    assert env.task_config["kp"] == [30.0] * 12 and env.task_config["lin_vel_x_range"] == [0.2, 0.4]
+    assert env.task_config["reward_weights"]["alive"] == 1.0 and env.task_config["termination"]["max_tilt"] == 1.0
+    assert QuadrupedConfig(**json.loads(json.dumps(env.task_config))) == env.config
+    assert make(1, **env.task_config).config == env.config
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        env.config.dt = 0.01
+
+
+def test_numpy_integers_are_accepted_for_counts(make):
+    env = make(np.int64(2), envs_per_cluster=np.int32(1), max_episode_steps=np.int64(3), substeps=np.int16(2))
+    assert env.num_envs == 2 and len(env._clusters) == 2 and env.max_episode_steps == 3 and env.substeps == 2
+    assert type(env.num_envs) is int and type(env.task_config["max_episode_steps"]) is int
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"num_envs": True}, "num_envs"),
+        ({"action_scale": 0.0}, "action_scale"),
+        ({"solver_iterations": 2.5}, "solver_iterations"),
+        ({"init_joint_noise": -0.1}, "init_joint_noise"),
+        ({"yaw_rate_range": 0.5}, "yaw_rate_range"),
+        ({"kp": [1.0] * 11 + [np.nan]}, "kp"),
+        ({"reward_weights": {"alive": "high"}}, "alive"),
+        ({"termination": {"trunk_contact": 1}}, "trunk_contact"),
+        ({"termination": [("max_tilt", 1.0)]}, "termination"),
+    ],
+)
+def test_bad_task_values_raise_naming_the_field_and_value(kwargs, name):
+    kwargs = {"num_envs": 1, **kwargs}
+    with pytest.raises(ValueError, match=name):
+        UniLabVectorEnv(**kwargs)
+
+
 # --------------------------------------------------------------------------- task wiring
 def test_reset_obs_and_step_contents(make):
     env = make(3)
@@ -124,7 +182,7 @@ def test_torques_clipped_to_urdf_limits(make):
     env.reset(seed=0)
     env.step(np.ones((1, 12)))
     np.testing.assert_array_equal(env.torque_limits[0], [20.0, 55.0, 55.0] * 4)  # a1.urdf <limit effort>
-    np.testing.assert_array_equal(np.abs(env.state.torques[0]), env.torque_limits[0])
+    np.testing.assert_array_equal(np.abs(env.robot_state.torques[0]), env.torque_limits[0])
 
 
 def test_zero_action_stands(make):
@@ -133,7 +191,43 @@ def test_zero_action_stands(make):
     for _ in range(100):
         _, _, term, _, _ = env.step(np.zeros((4, 12)))
         assert not term.any()
-    assert (env.state.base_pos[:, 2] > 0.25).all()
+    assert (env.robot_state.base_pos[:, 2] > 0.25).all()
+
+
+def test_robot_state_foot_and_trunk_contact(make):
+    no_falls = {"min_base_height": 0.0, "max_tilt": 3.2, "trunk_contact": False}
+    env = make(3, autoreset_mode="Disabled", termination=no_falls)
+    env.reset(seed=0)
+    state = env.robot_state
+    assert state.foot_contact.shape == (3, 4) and state.foot_contact.dtype == np.bool_
+    assert not state.foot_contact.any() and not state.trunk_contact.any()  # no physics step saw the new pose yet
+    for _ in range(20):
+        env.step(np.zeros((3, 12)))
+    assert state.foot_contact.all() and not state.trunk_contact.any()  # standing on its four feet
+    world = env._clusters[0][1]
+    x, y, _ = state.base_pos[1]
+    on_its_back = p.getQuaternionFromEuler([np.pi, 0.0, 0.0])
+    p.resetBasePositionAndOrientation(world._robots[1], [x, y, 0.4], on_its_back, physicsClientId=world._client)
+    x, y, _ = state.base_pos[2]
+    p.resetBasePositionAndOrientation(world._robots[2], [x, y, 1.5], [0, 0, 0, 1], physicsClientId=world._client)
+    env.step(np.zeros((3, 12)))
+    assert not state.foot_contact[2].any() and not state.trunk_contact[2]  # dropped: in the air
+    for _ in range(20):
+        env.step(np.zeros((3, 12)))
+    assert state.trunk_contact[1] and not state.foot_contact[1].all()  # fallen on its back
+    assert state.foot_contact[0].all() and not state.trunk_contact[0]  # its neighbour still stands
+
+
+def test_robot_state_is_read_only_and_current(make):
+    env = make(2)
+    env.reset(seed=0)
+    state = env.robot_state
+    for name in ("base_pos", "joint_pos", "torques", "foot_contact", "trunk_contact"):
+        with pytest.raises(ValueError, match="read-only"):
+            getattr(state, name)[0] = 0
+    before = state.joint_pos.copy()
+    env.step(np.ones((2, 12)))
+    assert env.robot_state is state and not np.array_equal(state.joint_pos, before)
 
 
 def test_fall_terminates(make):
@@ -182,7 +276,7 @@ def test_same_step_autoreset_final_obs(make):
     env.reset(seed=0)
     env.step(np.zeros((3, 12)))
     action = _actions(3)[0]
-    obs, rew, term, trunc, info = env.step(action)
+    obs, rew, _, trunc, info = env.step(action)
     assert trunc.all()
     assert info["_final_obs"].all() and info["final_obs"].dtype == object
     final = np.stack(info["final_obs"])
@@ -207,7 +301,7 @@ def test_same_step_only_done_envs_get_final_obs(make):
 
 def test_disabled_autoreset_and_reset_mask(make):
     env = make(3, max_episode_steps=2, autoreset_mode=AutoresetMode.DISABLED)
-    obs0, _ = env.reset(seed=0)
+    env.reset(seed=0)
     for _ in range(2):
         obs, *_ = env.step(np.full((3, 12), 0.5))
     obs_done, _, _, trunc, _ = env.step(np.full((3, 12), 0.5))  # no autoreset: keeps going
@@ -446,7 +540,7 @@ def test_gymnasium_vector_wrappers():
     assert obs.shape == (3, 48)
     episodes = []
     for _ in range(5):
-        obs, rew, term, trunc, info = env.step(np.full((3, 12), 3.0))
+        obs, _, _, _, info = env.step(np.full((3, 12), 3.0))
         if "episode" in info:
             episodes.append(info["episode"])
     assert len(episodes) == 1 and (episodes[0]["l"] == 4).all()

@@ -13,6 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from unilab_gym.tasks.config import check_task_kwargs
 from unilab_gym.vector_env import UniLabVectorEnv
 
 
@@ -24,13 +25,20 @@ class QuadrupedEnv(gym.Env):
 
     Args:
         render_mode: ``None`` or ``"rgb_array"`` ((240, 320, 3) uint8 frames).
-        **kwargs: the task arguments of :class:`UniLabVectorEnv` (``dt``, ``substeps``, ``kp``, ...).
+        **kwargs: the task configuration, the fields of :class:`~unilab_gym.tasks.config.QuadrupedConfig`
+            (``dt``, ``substeps``, ``kp``, ...).
+
+    Raises:
+        ValueError: an invalid task argument, naming it.
+        TypeError: a vector-env argument (``num_envs``, ``autoreset_mode``, ``envs_per_cluster``) or an
+            unknown one.
     """
 
     def __init__(self, render_mode: str | None = None, **kwargs: Any):
         for key in ("num_envs", "autoreset_mode", "envs_per_cluster"):
             if key in kwargs:
                 raise TypeError(f"QuadrupedEnv got vector-env argument {key!r}; use UniLabVectorEnv for several envs")
+        check_task_kwargs("QuadrupedEnv", kwargs, ("render_mode",))
         self._vec = UniLabVectorEnv(1, render_mode=render_mode, autoreset_mode="Disabled", **kwargs)
         self.render_mode = render_mode
         self.metadata = {"render_modes": ["rgb_array"], "render_fps": self._vec.metadata["render_fps"]}
@@ -63,13 +71,25 @@ class QuadrupedEnv(gym.Env):
         }
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        """Raises ValueError for a wrong shape or NaN/inf; gymnasium.error.ResetNeeded before ``reset``."""
+        """One control step of the robot.
+
+        Args:
+            action: (12,) array-like of floats; values outside [-1, 1] are clipped.
+
+        Returns:
+            obs (48,) float32, reward, terminated, truncated and info: ``reward_terms`` (the weighted terms).
+
+        Raises:
+            ValueError: a wrong shape or NaN/inf (the env is not stepped).
+            gymnasium.error.ResetNeeded: before ``reset()`` (an episode is not restarted by itself).
+        """
+        shape = self.action_space.shape
         try:
             batched = np.asarray(action, dtype=np.float64)[None]
         except (TypeError, ValueError):
-            raise ValueError(f"action must be a numeric array of shape (12,), got {action!r}") from None
-        if batched.shape != (1, 12):
-            raise ValueError(f"action must have shape (12,), got {batched.shape[1:]}")
+            raise ValueError(f"action must be a numeric array of shape {shape}, got {action!r}") from None
+        if batched.shape[1:] != shape:
+            raise ValueError(f"action must have shape {shape}, got {batched.shape[1:]}")
         obs, reward, terminated, truncated, info = self._vec.step(batched)
         terms = {k: float(v[0]) for k, v in info["reward_terms"].items() if not k.startswith("_")}
         return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), {"reward_terms": terms}

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from unilab_gym.sim import a1
+from unilab_gym.validation import check_real
 
 #: Upper bound of ``latency`` in control steps (1 s at 50 Hz): the action FIFO holds this many + 1 actions per env.
 MAX_LATENCY = 50
@@ -71,7 +72,8 @@ PARAMETERS: dict[str, Parameter] = {
         "|com_x| <= 0.2 m",
         "Trunk centre-of-mass offset along the trunk's x axis (forward). pybullet cannot move a link's "
         "centre of mass after loading, so the trunk's weight is made to act at the offset point: an "
-        "external torque offset x (trunk mass x g) each physics step. walk-these-ways com_displacement_range (-0.15, 0.15).",
+        "external torque offset x (trunk mass x g) each physics step. "
+        "walk-these-ways com_displacement_range (-0.15, 0.15).",
     ),
     "com_y": Parameter(
         0.0, "m", lambda v: abs(v) <= 0.2, "|com_y| <= 0.2 m", "As com_x, along the trunk's y axis (left)."
@@ -138,23 +140,13 @@ NOMINAL = np.array([PARAMETERS[name].nominal for name in PARAMETER_NAMES], dtype
 def _bounds(name: str, value: Any) -> tuple[float, float]:
     """(low, high) of config entry ``name``; raises ValueError naming the entry."""
     spec = PARAMETERS[name]
-    if isinstance(value, (bool, np.bool_, str, bytes)):
-        pair = None
-    elif isinstance(value, (int, float, np.integer, np.floating)):
-        pair = (value, value)
-    elif isinstance(value, (Sequence, np.ndarray)):
-        pair = tuple(value) if len(value) == 2 else None
+    label = f"domain_randomization[{name!r}]"
+    if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
+        if len(value) != 2:
+            raise ValueError(f"{label} must be a number or a (low, high) pair of numbers, got {value!r}")
+        lo, hi = check_real(label, value[0]), check_real(label, value[1])
     else:
-        pair = None
-    if pair is None or any(
-        isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) for v in pair
-    ):
-        raise ValueError(
-            f"domain_randomization[{name!r}] must be a number or a (low, high) pair of numbers, got {value!r}"
-        )
-    lo, hi = float(pair[0]), float(pair[1])
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        raise ValueError(f"domain_randomization[{name!r}] must be finite, got {value!r}")
+        lo = hi = check_real(label, value)
     if lo > hi:
         raise ValueError(f"domain_randomization[{name!r}] must have low <= high, got {value!r}")
     if spec.integer and not (lo.is_integer() and hi.is_integer()):
@@ -217,6 +209,13 @@ class DomainRandomization:
     def to_dict(self) -> dict[str, list[float]]:
         """The config as JSON-able ``{name: [low, high]}`` (``DomainRandomization(d.to_dict())`` is equivalent)."""
         return {name: [lo, hi] for name, (lo, hi) in self.ranges.items()}
+
+    def __eq__(self, other: object) -> bool:
+        """Configs are equal when they have the same ranges."""
+        return isinstance(other, DomainRandomization) and self.ranges == other.ranges
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.ranges.items()))
 
     def __repr__(self) -> str:
         return f"DomainRandomization({self.to_dict()})"

@@ -17,18 +17,22 @@ QUADRUPED_ID = "UniLab/Quadruped-v0"
 
 
 def make_quadruped(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
-    """Entry point: a single env without ``num_envs``, else a ``UniLabVectorEnv``."""
+    """The entry point of ``UniLab/Quadruped-v0``, for both ``gym.make`` and ``gym.make_vec``.
+
+    Args:
+        num_envs: ``None`` (``gym.make(ID)``): a single :class:`~unilab_gym.envs.QuadrupedEnv`. A number
+            (``gym.make(ID, num_envs=N)``, or ``gym.make_vec(ID, num_envs=N)`` which always passes it):
+            a :class:`~unilab_gym.vector_env.UniLabVectorEnv` of that many envs.
+        **kwargs: the other arguments of that class.
+
+    Raises:
+        ValueError: an invalid argument, naming it.
+        TypeError: an unknown argument (the message lists the valid ones).
+    """
     if num_envs is None:
         from unilab_gym.envs import QuadrupedEnv
 
         return QuadrupedEnv(**kwargs)
-    from unilab_gym.vector_env import UniLabVectorEnv
-
-    return UniLabVectorEnv(num_envs, **kwargs)
-
-
-def make_quadruped_vec(num_envs: int = 1, **kwargs: Any) -> gym.Env:
-    """Vector entry point used by ``gym.make_vec``."""
     from unilab_gym.vector_env import UniLabVectorEnv
 
     return UniLabVectorEnv(num_envs, **kwargs)
@@ -41,7 +45,7 @@ def register_envs() -> None:
     gym.register(
         id=QUADRUPED_ID,
         entry_point="unilab_gym.registration:make_quadruped",
-        vector_entry_point="unilab_gym.registration:make_quadruped_vec",
+        vector_entry_point="unilab_gym.registration:make_quadruped",
         disable_env_checker=True,
         order_enforce=False,
     )

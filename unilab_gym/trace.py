@@ -39,7 +39,8 @@ from unilab_gym.randomization import parameters_dict
 TRACE_FORMAT = "unilab-gym/parameter-trace"
 TRACE_FORMAT_VERSION = 1
 
-#: Fall conditions, in the column order of the ``conditions`` arrays (see :func:`unilab_gym.tasks.quadruped.fall_conditions`).
+#: Fall conditions, in the column order of the ``conditions`` arrays
+#: (see :func:`unilab_gym.tasks.quadruped.fall_conditions`).
 FALL_CONDITIONS: tuple[str, ...] = ("height", "tilt", "trunk_contact")
 
 _PACKAGES = ("unilab-gym", "pybullet", "numpy", "gymnasium")
@@ -96,9 +97,6 @@ class ParameterTrace:
                 conditions=np.array(conditions),
             )
         )
-
-    def __len__(self) -> int:
-        return sum(len(c["env"]) for c in self._chunks)
 
     def records(self) -> list[dict[str, Any]]:
         """The records (see the module docstring), in the order the episodes finished (by env index within a step)."""

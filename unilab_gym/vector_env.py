@@ -1,16 +1,18 @@
 """``UniLabVectorEnv``: N quadrupeds stepped in one process, grouped in EIC clusters.
 
-Data flow of one :meth:`UniLabVectorEnv.step`::
+One :meth:`UniLabVectorEnv.step` is five phases, each a private method::
 
-    actions (N, 12) -> validate, clip -> [latency FIFO] -> PD targets -> [pushes]
-                    -> every cluster world: K substeps
-                    -> robot states (N, ...) -> batched task math (obs, reward terms, terminated, truncated)
-                    -> parameter trace of finished episodes -> autoreset (per ``autoreset_mode``)
+    actions (N, 12) -> validate, clip
+      -> actuate:   [latency FIFO] -> [pushes] -> PD targets
+      -> simulate:  every cluster world: K substeps -> [NEXT_STEP: new episodes of restarting envs]
+                    -> robot states (N, ...)
+      -> evaluate:  batched task math (obs, reward terms, terminated, truncated)
+      -> record:    episode returns, parameter trace of finished episodes
+      -> autoreset: per ``autoreset_mode``
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,11 +27,13 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from unilab_gym.latency import StepLatency
-from unilab_gym.randomization import PARAMETER_NAMES, DomainRandomization
+from unilab_gym.randomization import PARAMETER_NAMES
 from unilab_gym.sim import a1
 from unilab_gym.sim.world import ClusterWorld, RobotState
 from unilab_gym.tasks import quadruped as task
+from unilab_gym.tasks.config import QuadrupedConfig, check_task_kwargs
 from unilab_gym.trace import ParameterTrace, write_jsonl
+from unilab_gym.validation import check_int, check_positive_int
 
 #: Default robots per pybullet world; see README "Choosing envs_per_cluster" for the benchmark.
 DEFAULT_ENVS_PER_CLUSTER = 32
@@ -37,35 +41,7 @@ DEFAULT_ENVS_PER_CLUSTER = 32
 _COL = {name: k for k, name in enumerate(PARAMETER_NAMES)}  # column of each parameter
 
 
-def _range(name: str, value: Sequence[float]) -> tuple[float, float]:
-    try:
-        lo, hi = (float(v) for v in value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a (low, high) pair of numbers, got {value!r}") from None
-    if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
-        raise ValueError(f"{name} must satisfy finite low <= high, got {value!r}")
-    return lo, hi
-
-
-def _positive(name: str, value: float, integer: bool = False) -> Any:
-    if integer and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if not (np.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return int(value) if integer else float(value)
-
-
-def _joint_gains(name: str, value: float | Sequence[float]) -> np.ndarray:
-    try:
-        gains = np.broadcast_to(np.asarray(value, dtype=np.float64), (a1.NUM_JOINTS,)).copy()
-    except (TypeError, ValueError):
-        gains = np.array([np.nan])
-    if not np.all(np.isfinite(gains)) or np.any(gains < 0):
-        raise ValueError(f"{name} must be a finite number >= 0 or {a1.NUM_JOINTS} of them, got {value!r}")
-    return gains
-
-
-class UniLabVectorEnv(VectorEnv, gym.Env):
+class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's two bases type np_random_seed differently
     """``num_envs`` Unitree A1 quadrupeds following velocity commands, in one process.
 
     Robots are grouped in EIC clusters (Environment Instance Clusters) of ``envs_per_cluster``:
@@ -108,30 +84,25 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
 
     Args:
         num_envs: number of robots N (>= 1).
-        envs_per_cluster: robots per pybullet world.
+        envs_per_cluster: robots per pybullet world (>= 1).
         render_mode: ``None`` or ``"rgb_array"`` (frames of env 0; visual shapes are loaded
             in cluster 0 only).
         autoreset_mode: ``AutoresetMode`` or its value: ``"NextStep"`` (default),
             ``"SameStep"`` (``info["final_obs"]`` / ``info["final_info"]``), ``"Disabled"``
             (reset through ``reset(options={"reset_mask": mask})``).
-        max_episode_steps: control steps before ``truncated`` (default 1000 = 20 s).
-        dt: physics time step in s (default 0.005).
-        substeps: physics steps per control step (decimation; default 4 -> 50 Hz control).
-        kp: PD stiffness in N·m/rad, a number or 12 values (default 20, legged_gym A1).
-        kd: PD damping in N·m·s/rad, a number or 12 values (default 0.5, legged_gym A1).
-        action_scale: rad of joint target per unit of action (default 0.25, legged_gym).
-        solver_iterations: pybullet ``numSolverIterations`` (default 10).
-        lin_vel_x_range, lin_vel_y_range: command ranges in m/s, sampled uniformly per episode.
-        yaw_rate_range: command range in rad/s.
-        reward_weights: overrides of :class:`~unilab_gym.tasks.quadruped.RewardWeights`.
-        termination: overrides of :class:`~unilab_gym.tasks.quadruped.TerminationConfig`.
-        init_joint_noise: half-width in rad of the uniform noise added to the nominal pose at reset.
-        domain_randomization: ``None`` (off) or a dict of parameter ranges, see
-            :class:`~unilab_gym.randomization.DomainRandomization`.
+        **task_kwargs: the task configuration, the fields of
+            :class:`~unilab_gym.tasks.config.QuadrupedConfig` (``max_episode_steps``, ``dt``,
+            ``substeps``, ``kp``, ``kd``, ``action_scale``, ``solver_iterations``,
+            ``lin_vel_x_range``, ``lin_vel_y_range``, ``yaw_rate_range``, ``reward_weights``,
+            ``termination``, ``init_joint_noise``, ``domain_randomization``), each with its default.
 
     Attributes:
-        task_config: the constructor arguments that determine the trajectories, JSON-able:
+        config: the :class:`~unilab_gym.tasks.config.QuadrupedConfig` of ``task_kwargs``.
+        task_config: ``config.to_dict()``, the arguments that determine the trajectories, JSON-able:
             ``UniLabVectorEnv(n, **env.task_config)`` makes envs that follow the same ones.
+        max_episode_steps, dt, substeps, control_dt, action_scale, reward_weights, termination,
+            init_joint_noise, domain_randomization: the values of :attr:`config` (``control_dt`` =
+            ``dt * substeps`` s); ``max_episode_steps`` may be changed with :meth:`set_attr`.
         kp, kd, torque_limits: (N, 12) float64, the PD gains and torque limits of each env's
             current episode (nominal values times its ``kp_factor``, ``kd_factor``,
             ``motor_strength``; rewritten at each reset of that env).
@@ -143,7 +114,8 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             ``None`` to stop timing (AsyncRunner collectors re-bind it to shared memory).
 
     Raises:
-        ValueError: for an invalid argument, naming it.
+        ValueError: for an invalid argument, naming it and its value.
+        TypeError: for an unknown keyword argument (the message lists the valid ones).
     """
 
     def __init__(
@@ -153,23 +125,13 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         envs_per_cluster: int = DEFAULT_ENVS_PER_CLUSTER,
         render_mode: str | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
-        max_episode_steps: int = 1000,
-        dt: float = 0.005,
-        substeps: int = 4,
-        kp: float | Sequence[float] = 20.0,
-        kd: float | Sequence[float] = 0.5,
-        action_scale: float = 0.25,
-        solver_iterations: int = 10,
-        lin_vel_x_range: Sequence[float] = (0.3, 1.0),
-        lin_vel_y_range: Sequence[float] = (0.0, 0.0),
-        yaw_rate_range: Sequence[float] = (0.0, 0.0),
-        reward_weights: dict[str, float] | None = None,
-        termination: dict[str, Any] | None = None,
-        init_joint_noise: float = 0.05,
-        domain_randomization: dict[str, Any] | None = None,
+        **task_kwargs: Any,
     ):
-        self.num_envs = _positive("num_envs", num_envs, integer=True)
-        envs_per_cluster = _positive("envs_per_cluster", envs_per_cluster, integer=True)
+        check_task_kwargs(
+            "UniLabVectorEnv", task_kwargs, ("num_envs", "envs_per_cluster", "render_mode", "autoreset_mode")
+        )
+        self.num_envs = check_positive_int("num_envs", num_envs)
+        envs_per_cluster = check_positive_int("envs_per_cluster", envs_per_cluster)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         try:
@@ -182,50 +144,23 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             raise ValueError(
                 f"autoreset_mode must be one of {[m.value for m in AutoresetMode]}, got {autoreset_mode!r}"
             ) from None
-        self.max_episode_steps = _positive("max_episode_steps", max_episode_steps, integer=True)
-        self.dt = _positive("dt", dt)
-        self.substeps = _positive("substeps", substeps, integer=True)
-        self.control_dt = self.dt * self.substeps
-        self.action_scale = _positive("action_scale", action_scale)
-        solver_iterations = _positive("solver_iterations", solver_iterations, integer=True)
-        self.command_ranges = np.array(
-            [
-                _range("lin_vel_x_range", lin_vel_x_range),
-                _range("lin_vel_y_range", lin_vel_y_range),
-                _range("yaw_rate_range", yaw_rate_range),
-            ]
-        )
-        self.reward_weights = task.RewardWeights.from_dict(reward_weights)
-        try:
-            self.termination = task.TerminationConfig(**(termination or {}))
-        except TypeError as exc:
-            raise ValueError(f"invalid termination config {termination!r}: {exc}") from None
-        if not (np.isfinite(init_joint_noise) and init_joint_noise >= 0):
-            raise ValueError(f"init_joint_noise must be >= 0, got {init_joint_noise!r}")
-        self.init_joint_noise = float(init_joint_noise)
-        self.domain_randomization = DomainRandomization(domain_randomization)
-        kp_nominal, kd_nominal = _joint_gains("kp", kp), _joint_gains("kd", kd)
-        self.task_config: dict[str, Any] = {
-            "max_episode_steps": self.max_episode_steps,
-            "dt": self.dt,
-            "substeps": self.substeps,
-            "kp": kp_nominal.tolist(),
-            "kd": kd_nominal.tolist(),
-            "action_scale": self.action_scale,
-            "solver_iterations": solver_iterations,
-            "lin_vel_x_range": self.command_ranges[0].tolist(),
-            "lin_vel_y_range": self.command_ranges[1].tolist(),
-            "yaw_rate_range": self.command_ranges[2].tolist(),
-            "reward_weights": dataclasses.asdict(self.reward_weights),
-            "termination": dataclasses.asdict(self.termination),
-            "init_joint_noise": self.init_joint_noise,
-            "domain_randomization": self.domain_randomization.to_dict(),
-        }
+        self.config = config = QuadrupedConfig(**task_kwargs)
+        self.task_config: dict[str, Any] = config.to_dict()
+        self.max_episode_steps = config.max_episode_steps
+        self.dt = config.dt
+        self.substeps = config.substeps
+        self.control_dt = config.control_dt
+        self.action_scale = config.action_scale
+        self.reward_weights = config.reward_weights
+        self.termination = config.termination
+        self.init_joint_noise = config.init_joint_noise
+        self.domain_randomization = config.domain_randomization
+        self.command_ranges = np.array([config.lin_vel_x_range, config.lin_vel_y_range, config.yaw_rate_range])
 
         self.render_mode = render_mode
         self.metadata = {
             "render_modes": ["rgb_array"],
-            "render_fps": int(round(1.0 / self.control_dt)),
+            "render_fps": round(1.0 / self.control_dt),
             "autoreset_mode": self.autoreset_mode,
         }
         self.single_observation_space = spaces.Box(-np.inf, np.inf, (task.OBS_DIM,), np.float32)
@@ -234,23 +169,28 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
         n = self.num_envs
-        self.state = RobotState.zeros(n)
+        self._state = RobotState.zeros(n)
+        self._state_view = self._state.read_only()
         self._clusters: list[tuple[slice, ClusterWorld]] = []
         self.closed = False
         try:
             for start in range(0, n, envs_per_cluster):
                 rows = slice(start, min(start + envs_per_cluster, n))
                 world = ClusterWorld(
-                    self.state.rows(rows), self.dt, solver_iterations, visual=render_mode is not None and start == 0
+                    self._state.rows(rows),
+                    self.dt,
+                    config.solver_iterations,
+                    visual=render_mode is not None and start == 0,
                 )
                 self._clusters.append((rows, world))
         except BaseException:
             self.close_extras()
             raise
-        self._kp_nominal, self._kd_nominal = kp_nominal, kd_nominal
+        self._kp_nominal = np.array(config.kp)
+        self._kd_nominal = np.array(config.kd)
         self._torque_limits_nominal = self._clusters[0][1].torque_limits
-        self.kp = np.tile(kp_nominal, (n, 1))
-        self.kd = np.tile(kd_nominal, (n, 1))
+        self.kp = np.tile(self._kp_nominal, (n, 1))
+        self.kd = np.tile(self._kd_nominal, (n, 1))
         self.torque_limits = np.tile(self._torque_limits_nominal, (n, 1))
         self.nominal_joint_pos = np.tile(a1.NOMINAL_JOINT_POS, (n, 1))
 
@@ -267,6 +207,9 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         self._episode_return = np.zeros(n)
         self._episode_recorded = np.zeros(n, dtype=bool)
         self._arange = np.arange(n)
+        self._all_envs = np.ones(n, dtype=bool)
+        self._no_envs = np.zeros(n, dtype=bool)
+        self._all_envs.flags.writeable = self._no_envs.flags.writeable = False  # shared masks: never written
 
         self.command = np.zeros((n, 3))
         self.episode_step = np.zeros(n, dtype=np.int64)
@@ -278,6 +221,20 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         self._env_rngs: list[np.random.Generator | None] = [None] * n
         self._needs_reset = True
         self.step_latency: StepLatency | None = StepLatency()
+
+    @property
+    def robot_state(self) -> RobotState:
+        """The robots' states after the last :meth:`step` or :meth:`reset`, row ``i`` = env ``i`` (read-only).
+
+        Read-only views (no copy) of the arrays the env writes at every step, so they change with the
+        next step or reset: copy what you keep. Fields (float64 unless noted; see
+        :class:`~unilab_gym.sim.world.RobotState`): ``base_pos`` (N, 3) m and ``base_quat`` (N, 4) xyzw,
+        world frame; ``lin_vel`` (N, 3) m/s and ``ang_vel`` (N, 3) rad/s, world frame; ``joint_pos``
+        (N, 12) rad; ``joint_vel`` (N, 12) rad/s; ``torques`` (N, 12) N·m applied during the last
+        substep; ``trunk_contact`` (N,) bool; ``foot_contact`` (N, 4) bool, feet FR, FL, RR, RL. After
+        an env's reset, before its first step, its torques are 0 and its contact flags ``False``.
+        """
+        return self._state_view
 
     # ------------------------------------------------------------------ Gymnasium API
     def reset(
@@ -328,7 +285,9 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         self._needs_reset = False
         return self._obs.copy(), self._reset_info(mask)
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def step(  # type: ignore[override]  # a VectorEnv step (batched arrays), not gym.Env's single-env one
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Advance every env one control step (``substeps`` physics steps).
 
         Args:
@@ -350,94 +309,24 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         if self._needs_reset:
             raise ResetNeeded("call reset() before step()")
         action = self._validate_actions(actions)
-        restarting = (
-            self._autoreset_envs.copy()
-            if self.autoreset_mode == AutoresetMode.NEXT_STEP
-            else np.zeros(self.num_envs, bool)
-        )
-        action[restarting] = 0.0  # NEXT_STEP: the action of an env that restarts now is ignored
-
-        applied = action
-        if self._fifo is not None:  # latency: apply the action of `latency` steps ago
-            size = self._fifo.shape[1]
-            self._fifo[:, self._fifo_head] = action
-            applied = self._fifo[self._arange, (self._fifo_head - self._latency) % size]
-            applied[restarting] = 0.0
-            self._fifo_head = (self._fifo_head + 1) % size
-        if self.domain_randomization.pushes:
-            self._push(restarting)
-        targets = self.nominal_joint_pos + self.action_scale * applied
-        t_slice = time.perf_counter_ns()
-        for rows, world in self._clusters:
-            world.step(targets[rows], self.kp[rows], self.kd[rows], self.torque_limits[rows], self.substeps)
-        physics_ns = time.perf_counter_ns() - t_slice
-        self.episode_step += 1
-        if restarting.any():
-            self._reset_envs(restarting, [None] * self.num_envs)  # after the slice, so the new episode starts at rest
-        t_read = time.perf_counter_ns()
-        self._read_states(np.ones(self.num_envs, dtype=bool))
-        physics_ns += time.perf_counter_ns() - t_read
-
-        previous_action = self._last_action
-        self._last_action = action
-        self._last_action[restarting] = 0.0
-        lin_b, ang_b = self._compute_obs()
-        terms = task.reward_terms(
-            lin_b,
-            ang_b,
-            self.command,
-            self.state.torques,
-            action,
-            previous_action,
-            self.reward_weights,
-            self.control_dt,
-        )
-        conditions = task.fall_conditions(
-            self.state.base_pos[:, 2], self.state.base_quat, self.state.trunk_contact, self.termination
-        )
-        terminated = conditions.any(axis=1)
-        truncated = self.episode_step >= self.max_episode_steps
-        terminated[restarting] = False
-        truncated[restarting] = False
-        for value in terms.values():
-            value[restarting] = 0.0
-        reward = np.sum(list(terms.values()), axis=0)
-        all_envs = np.ones(self.num_envs, dtype=bool)
-        infos: dict[str, Any] = self._step_info(terms, all_envs)
+        # NEXT_STEP: the envs whose episode ended last step start a new one now, ignoring their action
+        restarting = self._autoreset_envs.copy() if self.autoreset_mode == AutoresetMode.NEXT_STEP else self._no_envs
+        targets = self._actuate(action, restarting)
+        physics_ns = self._simulate(targets, restarting)
+        reward, terms, terminated, truncated, conditions = self._evaluate(action, restarting)
+        infos = self._step_info(terms, self._all_envs)
         if restarting.any():
             infos.update(self._reset_info(restarting))
-
         done = terminated | truncated
-        self._episode_return += reward
-        finished = done & ~self._episode_recorded
-        if finished.any():
-            self._record(finished, terminated, conditions)
-        if self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
-            final_obs = np.full(self.num_envs, None, dtype=object)
-            for i in np.flatnonzero(done):
-                final_obs[i] = self._obs[i].copy()
-            final_info = self._step_info(terms, done)
-            self._reset_envs(done, [None] * self.num_envs)
-            self._read_states(done)
-            self._compute_obs()
-            infos.update(self._reset_info(done))
-            infos.update(
-                {
-                    "final_obs": final_obs,
-                    "_final_obs": done.copy(),
-                    "final_info": final_info,
-                    "_final_info": done.copy(),
-                }
-            )
-        elif self.autoreset_mode == AutoresetMode.NEXT_STEP:
-            self._autoreset_envs = done.copy()
+        self._record(reward, done, terminated, conditions)
+        self._autoreset(done, terms, infos)
         obs = self._obs.copy()
         if self.step_latency is not None:
             self.step_latency.physics.observe(physics_ns / 1e3)
             self.step_latency.task.observe((time.perf_counter_ns() - t_start - physics_ns) / 1e3)
         return obs, reward, terminated, truncated, infos
 
-    def render(self) -> EnvFrames | None:
+    def render(self) -> EnvFrames | None:  # type: ignore[override]  # a lazy sequence where gymnasium says tuple
         """Frames of the envs as a sequence of N (H, W, 3) uint8 arrays, or ``None`` without a render mode.
 
         Only env 0 is drawn eagerly (the sequence is what gymnasium's vector ``RecordVideo``
@@ -500,6 +389,118 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             values = values[0]
         setattr(self, name, values)
 
+    # ------------------------------------------------------------------ step phases
+    def _actuate(self, action: np.ndarray, restarting: np.ndarray) -> np.ndarray:
+        """PD targets (N, 12) rad of this step, and the pushes due before it.
+
+        Zeroes the action of ``restarting`` envs in place; with latency, the applied action is the one
+        sent ``latency`` steps ago (the zero action before the episode's first). Pushes (see
+        :meth:`_push`) are applied to the worlds now, so they act during this step's slice.
+        """
+        action[restarting] = 0.0
+        applied = action
+        if self._fifo is not None:  # latency: apply the action of `latency` steps ago
+            size = self._fifo.shape[1]
+            self._fifo[:, self._fifo_head] = action
+            applied = self._fifo[self._arange, (self._fifo_head - self._latency) % size]
+            applied[restarting] = 0.0
+            self._fifo_head = (self._fifo_head + 1) % size
+        if self.domain_randomization.pushes:
+            self._push(restarting)
+        return self.nominal_joint_pos + self.action_scale * applied
+
+    def _simulate(self, targets: np.ndarray, restarting: np.ndarray) -> int:
+        """Advance every cluster world one slice toward ``targets``, then read the robot states back.
+
+        The ``restarting`` envs start their new episode after the slice (so it starts at rest) and
+        before the states are read. Returns the wall-clock ns of the slices and the state reads.
+        """
+        t_slice = time.perf_counter_ns()
+        for rows, world in self._clusters:
+            world.step(targets[rows], self.kp[rows], self.kd[rows], self.torque_limits[rows], self.substeps)
+        physics_ns = time.perf_counter_ns() - t_slice
+        self.episode_step += 1
+        if restarting.any():
+            self._reset_envs(restarting, [None] * self.num_envs)
+        t_read = time.perf_counter_ns()
+        self._read_states(self._all_envs)
+        return physics_ns + time.perf_counter_ns() - t_read
+
+    def _evaluate(
+        self, action: np.ndarray, restarting: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        """The task math of this step, batched: writes the observation, returns the outcome.
+
+        Returns:
+            reward (N,) float64, weighted reward terms (dict of (N,) float64), terminated (N,) bool,
+            truncated (N,) bool and the fall conditions (N, 3) bool. A ``restarting`` env gets
+            reward 0 and neither flag.
+        """
+        previous_action = self._last_action
+        self._last_action = action
+        self._last_action[restarting] = 0.0
+        lin_b, ang_b = self._compute_obs()
+        state = self._state
+        terms = task.reward_terms(
+            lin_b, ang_b, self.command, state.torques, action, previous_action, self.reward_weights, self.control_dt
+        )
+        conditions = task.fall_conditions(state.base_pos[:, 2], state.base_quat, state.trunk_contact, self.termination)
+        terminated: np.ndarray = np.logical_or.reduce(conditions, axis=1)
+        truncated = self.episode_step >= self.max_episode_steps
+        terminated[restarting] = False
+        truncated[restarting] = False
+        for value in terms.values():
+            value[restarting] = 0.0
+        reward = np.sum(list(terms.values()), axis=0)
+        return reward, terms, terminated, truncated, conditions
+
+    def _record(self, reward: np.ndarray, done: np.ndarray, terminated: np.ndarray, conditions: np.ndarray) -> None:
+        """Add ``reward`` to the episode returns; trace the episodes that just finished (``done``, not yet traced)."""
+        self._episode_return += reward
+        finished = done & ~self._episode_recorded
+        if not finished.any():
+            return
+        idx = np.flatnonzero(finished)
+        self._trace.append(
+            env=idx,
+            episode=self._episode_index[idx],
+            episode_seed=self.episode_seed[idx],
+            command=self.command[idx],
+            parameters=self.parameters[idx],
+            returns=self._episode_return[idx],
+            lengths=self.episode_step[idx],
+            terminated=terminated[idx],
+            conditions=conditions[idx],
+        )
+        self._episode_recorded[idx] = True
+
+    def _autoreset(self, done: np.ndarray, terms: dict[str, np.ndarray], infos: dict[str, Any]) -> None:
+        """Autoreset the ``done`` envs as ``autoreset_mode`` says.
+
+        SAME_STEP: reset them now; the observation becomes the reset one and ``infos`` gains the
+        reset info, ``final_obs`` and ``final_info`` (this step's reward terms). NEXT_STEP: mark them
+        to restart at the next step. DISABLED: nothing.
+        """
+        if self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            for i in np.flatnonzero(done):
+                final_obs[i] = self._obs[i].copy()
+            final_info = self._step_info(terms, done)
+            self._reset_envs(done, [None] * self.num_envs)
+            self._read_states(done)
+            self._compute_obs()
+            infos.update(self._reset_info(done))
+            infos.update(
+                {
+                    "final_obs": final_obs,
+                    "_final_obs": done.copy(),
+                    "final_info": final_info,
+                    "_final_info": done.copy(),
+                }
+            )
+        elif self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            self._autoreset_envs = done.copy()
+
     # ------------------------------------------------------------------ internals
     def _check_open(self) -> None:
         if self.closed:
@@ -513,21 +514,14 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         if isinstance(seed, (list, tuple, np.ndarray)):
             if len(seed) != self.num_envs:
                 raise ValueError(f"seed list has length {len(seed)}, expected num_envs={self.num_envs}")
-            bad = [
-                s
-                for s in seed
-                if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0)
-            ]
-            if bad:
-                raise ValueError(f"seeds must be non-negative ints or None, got {bad}")
-            return [None if s is None else int(s) for s in seed]
+            return [None if s is None else check_int(f"seed[{i}]", s, minimum=0) for i, s in enumerate(seed)]
         raise ValueError(f"seed must be an int, a list of {self.num_envs} ints/None, or None; got {seed!r}")
 
     def _validate_actions(self, actions: Any) -> np.ndarray:
         try:
             action = np.array(actions, dtype=np.float64)
         except (TypeError, ValueError):
-            raise ValueError(f"actions must be a numeric array of shape ({self.num_envs}, 12)") from None
+            raise ValueError(f"actions must be a numeric array of shape ({self.num_envs}, {task.ACT_DIM})") from None
         if action.shape != (self.num_envs, task.ACT_DIM):
             raise ValueError(f"actions must have shape ({self.num_envs}, {task.ACT_DIM}), got {action.shape}")
         bad = np.flatnonzero(~np.isfinite(action).all(axis=1))
@@ -554,14 +548,11 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             raise ValueError(
                 f"options['episode_seed'] must be an int or a list of num_envs={self.num_envs} ints/None, got {value!r}"
             )
-        bad = [
-            s
-            for s in values
-            if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s < 2**63)
+        name = "options['episode_seed']"
+        return [
+            None if s is None else check_int(f"{name}[{i}]", s, minimum=0, maximum=2**63 - 1)
+            for i, s in enumerate(values)
         ]
-        if bad:
-            raise ValueError(f"options['episode_seed'] values must be ints in [0, 2**63) or None, got {bad}")
-        return [None if s is None else int(s) for s in values]
 
     def _reset_envs(self, mask: np.ndarray, episode_seeds: list[int | None]) -> None:
         """New episode for the envs of ``mask``.
@@ -576,7 +567,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         lo, hi = self.command_ranges[:, 0], self.command_ranges[:, 1]
         for row, i in enumerate(idx):
             given = episode_seeds[i]
-            self.episode_seed[i] = self._env_rngs[i].integers(2**63) if given is None else given
+            self.episode_seed[i] = _stream(self._env_rngs[i]).integers(2**63) if given is None else given
             rng = np.random.default_rng(int(self.episode_seed[i]))
             self.command[i] = rng.uniform(lo, hi)
             joint_pos[row] = self.nominal_joint_pos[i] + rng.uniform(
@@ -616,29 +607,13 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
         if not due.any():
             return
         idx = np.flatnonzero(due)
-        angle = np.array([self._episode_rngs[i].uniform(0.0, 2.0 * np.pi) for i in idx])
+        angle = np.array([_stream(self._episode_rngs[i]).uniform(0.0, 2.0 * np.pi) for i in idx])
         speed = self.parameters[idx, _COL["push_velocity"]]
         delta_v = np.stack([speed * np.cos(angle), speed * np.sin(angle), np.zeros(idx.size)], axis=1)
         for rows, world in self._clusters:
             inside = (idx >= rows.start) & (idx < rows.stop)
             if inside.any():
                 world.push(idx[inside] - rows.start, delta_v[inside])
-
-    def _record(self, finished: np.ndarray, terminated: np.ndarray, conditions: np.ndarray) -> None:
-        """Add the episodes that just finished in envs ``finished`` to the parameter trace."""
-        idx = np.flatnonzero(finished)
-        self._trace.append(
-            env=idx,
-            episode=self._episode_index[idx],
-            episode_seed=self.episode_seed[idx],
-            command=self.command[idx],
-            parameters=self.parameters[idx],
-            returns=self._episode_return[idx],
-            lengths=self.episode_step[idx],
-            terminated=terminated[idx],
-            conditions=conditions[idx],
-        )
-        self._episode_recorded[idx] = True
 
     def _read_states(self, mask: np.ndarray) -> None:
         for rows, world in self._clusters:
@@ -647,7 +622,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
 
     def _compute_obs(self) -> tuple[np.ndarray, np.ndarray]:
         """Refresh ``self._obs``; return base-frame linear and angular velocities (N, 3)."""
-        s = self.state
+        s = self._state
         return task.observation(
             s.base_quat,
             s.lin_vel,
@@ -683,6 +658,12 @@ class UniLabVectorEnv(VectorEnv, gym.Env):
             nested[name] = np.where(mask, value, 0.0)
             nested[f"_{name}"] = mask.copy()
         return {"reward_terms": nested, "_reward_terms": mask.copy()}
+
+
+def _stream(rng: np.random.Generator | None) -> np.random.Generator:
+    """A random stream that is set before its first use (an env's at its first reset, an episode's at its start)."""
+    assert rng is not None, "random stream used before it was set"
+    return rng
 
 
 class EnvFrames(Sequence):

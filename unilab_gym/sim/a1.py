@@ -24,6 +24,9 @@ JOINT_NAMES: tuple[str, ...] = tuple(
     f"{leg}_{part}_joint" for leg in ("FR", "FL", "RR", "RL") for part in ("hip", "upper", "lower")
 )
 
+#: URDF names of the four foot links (the toe spheres), in leg order FR, FL, RR, RL.
+FOOT_LINK_NAMES: tuple[str, ...] = tuple(f"{leg}_toe" for leg in ("FR", "FL", "RR", "RL"))
+
 #: Nominal standing pose in rad, in joint order. Source: legged_gym's A1 config
 #: (``a1_config.py``, Rudin et al. 2022, "Learning to Walk in Minutes Using Massively
 #: Parallel Deep RL"): hip ±0.1, thigh 0.8 (front) / 1.0 (rear), calf -1.5.

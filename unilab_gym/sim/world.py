@@ -69,6 +69,7 @@ def _import_pybullet():
 p = _import_pybullet()
 
 from unilab_gym.sim import a1  # noqa: E402
+from unilab_gym.sim.rotation import quat_rotate  # noqa: E402
 
 _ROBOT_GROUP = 2  # collision group of every robot link
 _GROUND_GROUP = 1  # collision group of the plane
@@ -79,50 +80,63 @@ GRAVITY = 9.81
 
 @dataclass
 class RobotState:
-    """States of n robots, float64 unless noted; row ``i`` is robot ``i``.
+    """States of n robots; row ``i`` is robot ``i``. Arrays are float64 unless noted.
 
-    ``base_pos`` (n, 3) m, world frame; ``base_quat`` (n, 4) xyzw, base -> world; ``lin_vel`` (n, 3)
-    m/s and ``ang_vel`` (n, 3) rad/s, world frame; ``joint_pos`` (n, 12) rad; ``joint_vel`` (n, 12)
-    rad/s; ``trunk_contact`` (n,) bool, the trunk touches the ground; ``torques`` (n, 12) N·m,
-    the PD torques applied during the last substep.
+    The contact flags come from the contact points of the last physics step (pybullet's
+    ``getContactPoints``, which counts points closer than the contact threshold); they are all
+    ``False`` for a robot reset since, as no physics step has seen its new pose yet.
     """
 
     base_pos: np.ndarray
+    """(n, 3) base (trunk) position in m, world frame."""
     base_quat: np.ndarray
+    """(n, 4) base orientation, unit quaternion (x, y, z, w), base -> world."""
     lin_vel: np.ndarray
+    """(n, 3) base linear velocity in m/s, world frame."""
     ang_vel: np.ndarray
+    """(n, 3) base angular velocity in rad/s, world frame."""
     joint_pos: np.ndarray
+    """(n, 12) joint angles in rad, in :data:`unilab_gym.sim.a1.JOINT_NAMES` order."""
     joint_vel: np.ndarray
+    """(n, 12) joint velocities in rad/s."""
     trunk_contact: np.ndarray
+    """(n,) bool: the trunk touches the ground."""
+    foot_contact: np.ndarray
+    """(n, 4) bool: each foot touches the ground, columns FR, FL, RR, RL (:data:`unilab_gym.sim.a1.FOOT_LINK_NAMES`)."""
     torques: np.ndarray
+    """(n, 12) joint torques in N·m: the PD torques applied during the last substep (0 after a reset)."""
 
     @classmethod
     def zeros(cls, n: int) -> RobotState:
+        """States of ``n`` robots, every array zero (``False``)."""
         j = a1.NUM_JOINTS
         return cls(
-            np.zeros((n, 3)),
-            np.zeros((n, 4)),
-            np.zeros((n, 3)),
-            np.zeros((n, 3)),
-            np.zeros((n, j)),
-            np.zeros((n, j)),
-            np.zeros(n, dtype=bool),
-            np.zeros((n, j)),
+            base_pos=np.zeros((n, 3)),
+            base_quat=np.zeros((n, 4)),
+            lin_vel=np.zeros((n, 3)),
+            ang_vel=np.zeros((n, 3)),
+            joint_pos=np.zeros((n, j)),
+            joint_vel=np.zeros((n, j)),
+            trunk_contact=np.zeros(n, dtype=bool),
+            foot_contact=np.zeros((n, len(a1.FOOT_LINK_NAMES)), dtype=bool),
+            torques=np.zeros((n, j)),
         )
 
     def rows(self, rows: slice) -> RobotState:
         """Views (no copy) of the rows ``rows`` of every array."""
         return RobotState(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
 
+    def read_only(self) -> RobotState:
+        """Read-only views (no copy) of every array: they show every later write, but cannot be written through."""
+        views = {}
+        for f in fields(self):
+            view = getattr(self, f.name).view()
+            view.flags.writeable = False
+            views[f.name] = view
+        return RobotState(**views)
+
     def __len__(self) -> int:
         return self.base_pos.shape[0]
-
-
-def _rotate(quat: np.ndarray, vec: np.ndarray) -> np.ndarray:
-    """(k, 3) vectors ``vec`` rotated by the (k, 4) xyzw unit quaternions ``quat`` (body -> world)."""
-    u, w = quat[:, :3], quat[:, 3:4]
-    t = 2.0 * np.cross(u, vec)
-    return vec + w * t + np.cross(u, t)
 
 
 def _lane_y(lane: int) -> float:
@@ -180,6 +194,16 @@ class ClusterWorld:
             for j in range(p.getNumJoints(self._robots[0], physicsClientId=c))
         ]
         self.joint_ids = [names.index(n) for n in a1.JOINT_NAMES]
+        link_names = [
+            p.getJointInfo(self._robots[0], j, physicsClientId=c)[12].decode()
+            for j in range(p.getNumJoints(self._robots[0], physicsClientId=c))
+        ]
+        # contact flags of one world, as (robot, link index + 1): column 0 is the trunk (link -1)
+        self._contact_hits = np.zeros((num_robots, len(link_names) + 1), dtype=bool)
+        self._foot_columns = [link_names.index(n) + 1 for n in a1.FOOT_LINK_NAMES]
+        self._row_of_body = np.full(max(self._robots) + 1, -1, dtype=np.int64)
+        self._row_of_body[self._robots] = np.arange(num_robots)
+        self._fresh = np.zeros(num_robots, dtype=bool)  # reset since the last physics step
         #: Torque limit of each joint in N·m, from the URDF ``<limit effort=...>``.
         self.torque_limits = np.array(
             [p.getJointInfo(self._robots[0], j, physicsClientId=c)[10] for j in self.joint_ids]
@@ -218,6 +242,7 @@ class ClusterWorld:
             for k, j in enumerate(self.joint_ids):
                 p.resetJointState(robot, j, joint_pos[row, k], 0.0, physicsClientId=c)
         self.state.torques[idx] = 0.0
+        self._fresh[idx] = True
 
     def set_dynamics(
         self, idx: np.ndarray, friction: np.ndarray, trunk_mass: np.ndarray, com_offset: np.ndarray
@@ -257,7 +282,7 @@ class ClusterWorld:
         c = self._client
         rows = self._offset_robots
         quat = np.array([p.getBasePositionAndOrientation(self._robots[i], physicsClientId=c)[1] for i in rows])
-        arm = _rotate(quat, self._com_offset[rows])  # world frame
+        arm = quat_rotate(quat, self._com_offset[rows])  # world frame
         torque = np.cross(arm, np.array([0.0, 0.0, -GRAVITY])) * self._trunk_mass[rows, None]
         for i, t in zip(rows, torque):
             p.applyExternalTorque(self._robots[i], -1, t.tolist(), p.WORLD_FRAME, physicsClientId=c)
@@ -293,14 +318,19 @@ class ClusterWorld:
                 self._apply_com_torques()  # external forces last one stepSimulation
             p.stepSimulation(physicsClientId=c)
         self.state.torques[:] = tau
+        self._fresh[:] = False
 
     def read_state(self) -> None:
-        """Refresh every state array from the physics world."""
+        """Refresh every state array from the physics world.
+
+        The contact flags come from one ``getContactPoints`` call for the whole world (every
+        robot-ground contact of the last physics step), not one call per robot.
+        """
         c = self._client
+        st = self.state
         for i, robot in enumerate(self._robots):
             pos, quat = p.getBasePositionAndOrientation(robot, physicsClientId=c)
             lin, ang = p.getBaseVelocity(robot, physicsClientId=c)
-            st = self.state
             st.base_pos[i] = pos
             st.base_quat[i] = quat
             st.lin_vel[i] = lin
@@ -308,7 +338,14 @@ class ClusterWorld:
             states = p.getJointStates(robot, self.joint_ids, physicsClientId=c)
             st.joint_pos[i] = [s[0] for s in states]
             st.joint_vel[i] = [s[1] for s in states]
-            st.trunk_contact[i] = bool(p.getContactPoints(robot, self._plane, -1, -1, physicsClientId=c))
+        hits = self._contact_hits
+        hits[:] = False
+        points = p.getContactPoints(bodyA=self._plane, physicsClientId=c)  # body B: a robot, link B: its link
+        if points:
+            hits[self._row_of_body[[pt[2] for pt in points]], [pt[4] + 1 for pt in points]] = True
+        hits[self._fresh] = False
+        st.trunk_contact[:] = hits[:, 0]
+        st.foot_contact[:] = hits[:, self._foot_columns]
 
     def render(self, robot: int, width: int, height: int) -> np.ndarray:
         """An RGB frame (height, width, 3) uint8 of a camera following robot ``robot``."""

@@ -10,9 +10,15 @@ multiplied by its weight and by the control period ``dt`` (s), so weights are pe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
+
+from unilab_gym.sim import a1
+from unilab_gym.sim.rotation import quat_rotate_inverse, roll_pitch
+from unilab_gym.validation import check_real
 
 #: Observation layout: name -> (start, stop) column range, with units.
 OBS_LAYOUT: dict[str, tuple[int, int]] = {
@@ -24,8 +30,13 @@ OBS_LAYOUT: dict[str, tuple[int, int]] = {
     "joint_vel": (24, 36),  # rad/s
     "last_action": (36, 48),  # the clipped action of the previous step, in [-1, 1]
 }
+#: Observation size: the columns of :data:`OBS_LAYOUT`.
 OBS_DIM = 48
-ACT_DIM = 12
+#: Action size: one joint position target per actuated joint.
+ACT_DIM = a1.NUM_JOINTS
+
+_OBS_SLICES = {name: slice(start, stop) for name, (start, stop) in OBS_LAYOUT.items()}
+_GRAVITY_DIRECTION = np.array([0.0, 0.0, -1.0])
 
 #: Width (variance) of the exponential tracking kernels, in (m/s)^2 and (rad/s)^2 (legged_gym ``tracking_sigma``).
 TRACKING_SIGMA = 0.25
@@ -39,6 +50,9 @@ class RewardWeights:
     ``lin_vel_z``: v_z^2 (m/s)^2. ``ang_vel_xy``: w_x^2 + w_y^2 (rad/s)^2. ``torques``: sum tau^2 (N·m)^2.
     ``action_rate``: sum (a_t - a_{t-1})^2. ``alive``: 1 per step.
     Defaults are legged_gym's A1 values, plus a small alive bonus.
+
+    Raises:
+        ValueError: a weight that is not a finite real number, naming it.
     """
 
     tracking_lin_vel: float = 1.0
@@ -49,41 +63,29 @@ class RewardWeights:
     action_rate: float = -0.01
     alive: float = 0.1
 
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, check_real(f"reward_weights[{f.name!r}]", getattr(self, f.name)))
+
     @classmethod
-    def from_dict(cls, weights: dict[str, float] | None) -> RewardWeights:
-        """Defaults overridden by ``weights``; an unknown name raises ``ValueError``."""
-        weights = dict(weights or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(weights) - known)
-        if unknown:
-            raise ValueError(f"unknown reward term(s) {unknown}; known terms: {sorted(known)}")
-        return cls(**{k: float(v) for k, v in weights.items()})
+    def from_dict(cls, weights: Mapping[str, float] | None) -> RewardWeights:
+        """Defaults overridden by ``weights``.
+
+        Raises:
+            ValueError: an unknown term name (the message lists the known ones) or a weight that is not a
+                finite real number.
+        """
+        return cls(**_known_keys("reward term", cls, weights))
 
 
-def quat_rotate_inverse(quat: np.ndarray, vec: np.ndarray) -> np.ndarray:
-    """Rotate world-frame vectors into the body frame.
-
-    Args:
-        quat: (N, 4) unit quaternions (x, y, z, w), body -> world, as pybullet returns them.
-        vec: (N, 3) vectors in the world frame.
-
-    Returns:
-        (N, 3) the vectors in the body frame, ``R(quat)^T @ vec``.
-    """
-    xyz = quat[:, :3]
-    w = quat[:, 3:4]
-    a = vec * (2.0 * w * w - 1.0)
-    b = np.cross(xyz, vec) * (2.0 * w)
-    c = xyz * (2.0 * np.sum(xyz * vec, axis=1, keepdims=True))
-    return a - b + c
-
-
-def roll_pitch(quat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Roll and pitch in rad of (N, 4) xyzw quaternions (ZYX Euler convention)."""
-    x, y, z, w = quat[:, 0], quat[:, 1], quat[:, 2], quat[:, 3]
-    roll = np.arctan2(2.0 * (w * x + y * z), 1.0 - 2.0 * (x * x + y * y))
-    pitch = np.arcsin(np.clip(2.0 * (w * y - z * x), -1.0, 1.0))
-    return roll, pitch
+def _known_keys(what: str, cls: type, values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``values`` as a dict, if every key is a field of dataclass ``cls``; raises ValueError naming the others."""
+    values = dict(values or {})
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(str(k) for k in set(values) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {what}(s) {unknown}; known: {known}")
+    return values
 
 
 def observation(
@@ -97,21 +99,31 @@ def observation(
     last_action: np.ndarray,
     out: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Write the (N, 48) float32 observation into ``out`` (layout: :data:`OBS_LAYOUT`).
+    """Write the (N, 48) float32 observation into ``out``, column ranges :data:`OBS_LAYOUT`.
 
-    Returns the base-frame linear and angular velocities (N, 3), float64, for the reward.
+    Args:
+        base_quat: (N, 4) xyzw unit quaternions, base -> world.
+        lin_vel_world, ang_vel_world: (N, 3) base velocities in m/s and rad/s, world frame.
+        command: (N, 3) (vx m/s, vy m/s, yaw rate rad/s).
+        joint_pos, nominal_joint_pos: (N, 12) rad. joint_vel: (N, 12) rad/s.
+        last_action: (N, 12) the clipped action of the previous step.
+        out: (N, 48) float32, written in place.
+
+    Returns:
+        The base-frame linear and angular velocities (N, 3) float64, for the reward.
     """
     n = base_quat.shape[0]
     lin_b = quat_rotate_inverse(base_quat, lin_vel_world)
     ang_b = quat_rotate_inverse(base_quat, ang_vel_world)
-    gravity = quat_rotate_inverse(base_quat, np.broadcast_to(np.array([0.0, 0.0, -1.0]), (n, 3)))
-    out[:, 0:3] = lin_b
-    out[:, 3:6] = ang_b
-    out[:, 6:9] = gravity
-    out[:, 9:12] = command
-    out[:, 12:24] = joint_pos - nominal_joint_pos
-    out[:, 24:36] = joint_vel
-    out[:, 36:48] = last_action
+    gravity = quat_rotate_inverse(base_quat, np.broadcast_to(_GRAVITY_DIRECTION, (n, 3)))
+    cols = _OBS_SLICES
+    out[:, cols["base_lin_vel"]] = lin_b
+    out[:, cols["base_ang_vel"]] = ang_b
+    out[:, cols["projected_gravity"]] = gravity
+    out[:, cols["command"]] = command
+    out[:, cols["joint_pos"]] = joint_pos - nominal_joint_pos
+    out[:, cols["joint_vel"]] = joint_vel
+    out[:, cols["last_action"]] = last_action
     return lin_b, ang_b
 
 
@@ -145,12 +157,35 @@ def reward_terms(
 
 @dataclass(frozen=True)
 class TerminationConfig:
-    """When a robot has fallen: base height under ``min_base_height`` m, |roll| or |pitch| over
-    ``max_tilt`` rad, or (if ``trunk_contact``) the trunk touching the ground."""
+    """When a robot has fallen (the ``terminated`` flag): any of the conditions of :func:`fall_conditions`.
+
+    Raises:
+        ValueError: ``min_base_height`` or ``max_tilt`` not a finite real number (``max_tilt`` < 0), or
+            ``trunk_contact`` not a bool, naming it.
+    """
 
     min_base_height: float = 0.15
+    """Base height in m under which the robot has fallen."""
     max_tilt: float = 0.8
+    """|roll| or |pitch| in rad over which the robot has fallen."""
     trunk_contact: bool = True
+    """Whether the trunk touching the ground is a fall."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "min_base_height", check_real("termination['min_base_height']", self.min_base_height))
+        object.__setattr__(self, "max_tilt", check_real("termination['max_tilt']", self.max_tilt, minimum=0.0))
+        if not isinstance(self.trunk_contact, (bool, np.bool_)):
+            raise ValueError(f"termination['trunk_contact'] must be a bool, got {self.trunk_contact!r}")
+        object.__setattr__(self, "trunk_contact", bool(self.trunk_contact))
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> TerminationConfig:
+        """Defaults overridden by ``values``.
+
+        Raises:
+            ValueError: an unknown termination key (the message lists the known ones) or a bad value.
+        """
+        return cls(**_known_keys("termination key", cls, values))
 
 
 def fall_conditions(
@@ -164,10 +199,3 @@ def fall_conditions(
     out[:, 1] = (np.abs(roll) > cfg.max_tilt) | (np.abs(pitch) > cfg.max_tilt)
     out[:, 2] = trunk_contact if cfg.trunk_contact else False
     return out
-
-
-def fallen(
-    base_height: np.ndarray, base_quat: np.ndarray, trunk_contact: np.ndarray, cfg: TerminationConfig
-) -> np.ndarray:
-    """(N,) bool: which robots have fallen (the ``terminated`` flag): any of :func:`fall_conditions`."""
-    return fall_conditions(base_height, base_quat, trunk_contact, cfg).any(axis=1)
