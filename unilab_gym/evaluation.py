@@ -1,0 +1,221 @@
+"""Gait evaluation: what a policy does with the robot, beyond its return.
+
+:func:`evaluate_gait` runs ``n_episodes`` episodes of a policy, one per env of ONE
+:class:`~unilab_gym.vector_env.UniLabVectorEnv` (env ``i`` seeded ``seed + i``, so the result is
+the same for a given seed, whatever else ran before), and summarizes them:
+
+=======================  =====================================================================
+key                      meaning
+=======================  =====================================================================
+``return_mean``          mean episode return (sum of rewards)
+``return_std``           its standard deviation over episodes
+``tracking_error_mps``   mean ``|v_x - command v_x|`` over all steps of all episodes, m/s
+                         (``v_x``: base forward velocity in the base frame, as observed)
+``fall_rate``            fraction of episodes that ended ``terminated`` (a fall), not truncated
+``duty_factor``          mean fraction of steps each foot is in contact with the ground
+``cost_of_transport``    ``sum_t P_t / (m g sum_t |v_xy,t|)``: mechanical power
+                         ``P = sum_j |tau_j * qdot_j|`` (W) over mass ``m`` (kg, URDF plus added
+                         mass), ``g = 9.81`` m/s², and planar speed (m/s); dimensionless. The
+                         ratio of sums keeps a robot that stands still finite (large) instead of
+                         dividing by zero per step. Source: the mechanical cost of transport of
+                         Tucker (1975), as used for legged robots by Seok et al. (2015), "Design
+                         principles for energy-efficient legged locomotion", IEEE/ASME T-Mech.
+``base_height_m``        mean base (trunk) height above the ground, m
+``tilt_rad``             mean ``|roll| + |pitch|`` of the base, rad
+``episodes``             number of episodes (``n_episodes``)
+=======================  =====================================================================
+
+Per-foot and per-episode figures are in :func:`record_gait`'s :class:`GaitRecord`.
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from unilab_gym.registration import QUADRUPED_ID
+from unilab_gym.sim import a1
+from unilab_gym.sim.rotation import roll_pitch
+from unilab_gym.sim.world import GRAVITY
+from unilab_gym.tasks.quadruped import OBS_LAYOUT
+from unilab_gym.validation import check_int, check_positive_int
+from unilab_gym.vector_env import UniLabVectorEnv
+
+#: Foot order of :attr:`GaitRecord.duty_factor` columns (the joint order's legs).
+FEET: tuple[str, ...] = ("FR", "FL", "RR", "RL")
+
+_VX = OBS_LAYOUT["base_lin_vel"][0]
+_VY = _VX + 1
+_CMD_VX = OBS_LAYOUT["command"][0]
+
+
+@cache
+def urdf_mass(path: str = a1.URDF_PATH) -> float:
+    """Total mass in kg of the links of a URDF file (sum of every ``<inertial><mass value=...>``)."""
+    root = ET.parse(path).getroot()
+    return float(sum(float(m.get("value", 0.0)) for m in root.iter("mass")))
+
+
+@dataclass(frozen=True)
+class GaitRecord:
+    """Per-episode figures of an evaluation (``E`` episodes), float64 unless noted.
+
+    ``returns`` (E,); ``lengths`` (E,) int64, control steps; ``terminated`` (E,) bool, the episode
+    ended in a fall; ``tracking_error_sum`` (E,) sum over steps of ``|v_x - command v_x|`` (m/s);
+    ``duty_factor`` (E, 4) fraction of steps each foot (:data:`FEET` order) was in contact;
+    ``energy`` (E,) sum over steps of mechanical power (W, one value per control step);
+    ``distance`` (E,) sum over steps of planar speed (m/s); ``mass`` (E,) kg;
+    ``base_height_sum`` (E,) m; ``tilt_sum`` (E,) rad.
+    """
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    terminated: np.ndarray
+    tracking_error_sum: np.ndarray
+    duty_factor: np.ndarray
+    energy: np.ndarray
+    distance: np.ndarray
+    mass: np.ndarray
+    base_height_sum: np.ndarray
+    tilt_sum: np.ndarray
+
+    def summary(self) -> dict[str, float | int]:
+        """The figures of :func:`evaluate_gait` (see the module docstring for their meaning)."""
+        steps = float(self.lengths.sum())
+        distance_weighted = float((self.mass * GRAVITY * self.distance).sum())
+        return {
+            "return_mean": float(self.returns.mean()),
+            "return_std": float(self.returns.std()),
+            "tracking_error_mps": float(self.tracking_error_sum.sum() / steps),
+            "fall_rate": float(self.terminated.mean()),
+            "duty_factor": float(self.duty_factor.mean()),
+            "cost_of_transport": float(self.energy.sum() / distance_weighted) if distance_weighted > 0 else math.inf,
+            "base_height_m": float(self.base_height_sum.sum() / steps),
+            "tilt_rad": float(self.tilt_sum.sum() / steps),
+            "episodes": int(self.returns.size),
+        }
+
+
+def _normalizer(vecnormalize: Any) -> Any:
+    """A function obs -> normalized obs from a ``VecNormalize`` (or a path to its saved statistics), or identity."""
+    if vecnormalize is None:
+        return lambda obs: obs
+    if isinstance(vecnormalize, (str, Path)):
+        import pickle
+
+        with open(vecnormalize, "rb") as f:  # a file the caller named: SB3's own format (a pickle)
+            vecnormalize = pickle.load(f)
+    if not hasattr(vecnormalize, "normalize_obs"):
+        raise ValueError(
+            f"vecnormalize must be a VecNormalize, a path to its saved statistics, or None; got {vecnormalize!r}"
+        )
+    return vecnormalize.normalize_obs
+
+
+def record_gait(
+    model: Any,
+    env_id: str = QUADRUPED_ID,
+    n_episodes: int = 16,
+    *,
+    vecnormalize: Any = None,
+    seed: int = 0,
+    deterministic: bool = True,
+    **env_kwargs: Any,
+) -> GaitRecord:
+    """Run one episode per env of a ``n_episodes``-env vector env and record its gait (see :func:`evaluate_gait`)."""
+    n = check_positive_int("n_episodes", n_episodes)
+    seed = check_int("seed", seed, minimum=0)
+    if not hasattr(model, "predict"):
+        raise ValueError(
+            f"model must have an SB3-style predict(obs, deterministic=...) method, got {type(model).__name__}"
+        )
+    normalize = _normalizer(vecnormalize)
+    env = gym.make_vec(env_id, num_envs=n, **env_kwargs)
+    base = env.unwrapped
+    if not isinstance(base, UniLabVectorEnv):
+        env.close()
+        raise ValueError(
+            f"evaluate_gait needs a UniLabVectorEnv (it reads robot states); {env_id!r} made {type(base).__name__}"
+        )
+    try:
+        obs, info = env.reset(seed=seed)
+        mass = urdf_mass() + np.asarray(info["parameters"]["added_mass"], np.float64)
+        active = np.ones(n, bool)
+        returns, tracking, energy, distance, height, tilt = (np.zeros(n) for _ in range(6))
+        contact_steps = np.zeros((n, len(FEET)))
+        lengths = np.zeros(n, np.int64)
+        fell = np.zeros(n, bool)
+        while active.any():
+            action, _ = model.predict(normalize(obs), deterministic=deterministic)
+            obs, reward, terminated, truncated, _ = env.step(np.asarray(action, np.float32))
+            state = base.robot_state
+            live = active.astype(np.float64)
+            returns += live * reward
+            lengths += active
+            tracking += live * np.abs(obs[:, _VX] - obs[:, _CMD_VX])
+            contact_steps += live[:, None] * state.foot_contact
+            energy += live * np.abs(state.torques * state.joint_vel).sum(axis=1)
+            distance += live * np.hypot(obs[:, _VX], obs[:, _VY])
+            height += live * state.base_pos[:, 2]
+            roll, pitch = roll_pitch(state.base_quat)
+            tilt += live * (np.abs(roll) + np.abs(pitch))
+            ended = active & (terminated | truncated)
+            fell |= ended & terminated
+            active &= ~ended
+    finally:
+        env.close()
+    return GaitRecord(
+        returns=returns,
+        lengths=lengths,
+        terminated=fell,
+        tracking_error_sum=tracking,
+        duty_factor=contact_steps / lengths[:, None],
+        energy=energy,
+        distance=distance,
+        mass=mass,
+        base_height_sum=height,
+        tilt_sum=tilt,
+    )
+
+
+def evaluate_gait(
+    model: Any,
+    env_id: str = QUADRUPED_ID,
+    n_episodes: int = 16,
+    *,
+    vecnormalize: Any = None,
+    seed: int = 0,
+    deterministic: bool = True,
+) -> dict[str, float | int]:
+    """Evaluate a policy's gait over ``n_episodes`` episodes, all in one vector env.
+
+    Args:
+        model: anything with SB3's ``predict(obs, deterministic=...) -> (actions, state)``
+            (``PPO``, ``SAC``, ...), taking (n, 48) float32 observations and giving (n, 12) actions.
+        env_id: a registered id whose vector env is a :class:`~unilab_gym.vector_env.UniLabVectorEnv`.
+        n_episodes: episodes, one per env (env ``i`` seeded ``seed + i``), each up to the env's
+            ``max_episode_steps`` (1000 control steps, 20 s, by default).
+        vecnormalize: the ``VecNormalize`` the model was trained with (its observation statistics
+            are applied, not updated), or the path of its saved statistics (``VecNormalize.save``;
+            a pickle, so only pass a file you trust), or ``None``.
+        seed: the evaluation seed (int >= 0); the result is deterministic for a given seed.
+        deterministic: the policy's deterministic action (its mean), else sampled actions.
+
+    Returns:
+        A dict with the keys ``return_mean``, ``return_std``, ``tracking_error_mps``,
+        ``fall_rate``, ``duty_factor``, ``cost_of_transport``, ``base_height_m``, ``tilt_rad``
+        and ``episodes`` (see the module docstring for units and formulas).
+
+    Raises:
+        ValueError: a bad ``n_episodes`` or ``seed``, a model without ``predict``, a bad
+            ``vecnormalize``, or an ``env_id`` whose vector env is not a ``UniLabVectorEnv``.
+    """
+    record = record_gait(model, env_id, n_episodes, vecnormalize=vecnormalize, seed=seed, deterministic=deterministic)
+    return record.summary()
