@@ -332,7 +332,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def _table(res: dict[str, Any], add_key: str, sample_key: str) -> list[str]:
     base = res.get("sb3")
     lines = [
-        "| buffer | add (transitions/s) | add vs SB3 | sample (µs/batch) | sample speed-up vs SB3 | storage (bytes) | storage vs SB3 |",
+        "| buffer | add (transitions/s) | add vs SB3 | sample (µs/batch) | sample speed-up vs SB3 "
+        "| storage (bytes) | storage vs SB3 |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in res.items():

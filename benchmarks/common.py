@@ -6,6 +6,7 @@ configurations are interleaved (A B C A B C ...) so machine noise hits them alik
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -28,10 +29,8 @@ def tree_rss_mb() -> float:
     me = psutil.Process()
     total = me.memory_info().rss
     for child in me.children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += child.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return total / 2**20
 
 

@@ -432,8 +432,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     md = [
         f"## unilab-gym vs stock SB3 ({name} mode, {report['date']})",
         "",
-        f"Machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, {report['machine']['ram_gb']} GB RAM. "
-        f"Versions: " + ", ".join(f"{k} {v}" for k, v in report["machine"]["versions"].items()) + ".",
+        f"Machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, "
+        f"{report['machine']['ram_gb']} GB RAM. "
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in report["machine"]["versions"].items()) + ".",
         "",
     ]
     t_start = time.perf_counter()

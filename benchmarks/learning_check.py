@@ -157,8 +157,8 @@ def run(algo: str, minutes: float, max_steps: int, num_envs: int, seed: int, eva
     with open(RESULTS / f"learning_{algo}.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["env_steps", "wall_clock_s", "episode_return", "episode_length"])
-        writer.writerows((s, f"{t:.2f}", f"{r:.4f}", l) for s, t, r, l in recorder.rows)
-    evals = recorder.evals + [(model.num_timesteps, trained_s, trained[0].mean(), trained[0].std(), trained[0].size)]
+        writer.writerows((s, f"{t:.2f}", f"{r:.4f}", length) for s, t, r, length in recorder.rows)
+    evals = [*recorder.evals, (model.num_timesteps, trained_s, trained[0].mean(), trained[0].std(), trained[0].size)]
     with open(RESULTS / f"learning_{algo}_eval.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["env_steps", "wall_clock_s", "return_mean", "return_std", "episodes"])

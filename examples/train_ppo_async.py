@@ -10,7 +10,8 @@ rollout into shared memory; the learner runs SB3's own GAE and ``train()``. With
 ``--max-policy-lag 1`` the collectors gather the next rollout while the learner trains (one
 update behind: slightly off-policy). Observations are not normalized (collectors do not apply
 ``VecNormalize``). Writes ``<save-path>.zip`` (``PPO.load``; watch it with ``examples/play.py``).
-Progress: SB3's progress bar, ``rollout/ep_rew_mean`` and the ``unilab/*`` pipeline metrics (``policy_lag_mean``, env-steps/s, ...) in the log.
+Progress: SB3's progress bar, ``rollout/ep_rew_mean`` and the ``unilab/*`` pipeline metrics
+(``policy_lag_mean``, env-steps/s, ...) in the log.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ def make_unilab_vector_env(env_id: str, num_envs: int, caller: str, alternative:
     if not isinstance(venv, UniLabVectorEnv):
         venv.close()
         raise TypeError(
-            f"{caller}({env_id!r}) made a {type(venv).__name__}, not a UniLabVectorEnv; use {alternative} for other envs"
+            f"{caller}({env_id!r}) made a {type(venv).__name__}, not a UniLabVectorEnv; "
+            f"use {alternative} for other envs"
         )
     return venv
 

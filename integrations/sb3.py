@@ -122,7 +122,7 @@ class SB3VecEnv(VecEnv):
         for i in range(self.num_envs):
             infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
         if dones.any():
-            for i in np.flatnonzero(dones):
+            for i in np.flatnonzero(dones).tolist():
                 infos[i]["terminal_observation"] = obs[i].copy()
             obs, reset_info = self.venv.reset(options={"reset_mask": dones})
             self._store_reset_infos(reset_info, dones)
@@ -166,9 +166,10 @@ class SB3VecEnv(VecEnv):
     def get_images(self) -> Sequence[np.ndarray | None]:
         """A lazy sequence of the N frames ((240, 320, 3) uint8; env ``i`` is drawn when indexed)."""
         if self.render_mode != "rgb_array":
-            warnings.warn(f"The render mode is {self.render_mode}, but get_images() needs 'rgb_array'.")
+            warnings.warn(f"The render mode is {self.render_mode}, but get_images() needs 'rgb_array'.", stacklevel=2)
             return [None] * self.num_envs
-        return self.venv.render()
+        frames = self.venv.render()
+        return [None] * self.num_envs if frames is None else frames
 
     def render(self, mode: str | None = None) -> np.ndarray | None:
         """Env 0's frame ((240, 320, 3) uint8) with ``render_mode="rgb_array"`` (shown in a window for ``"human"``)."""
@@ -291,7 +292,8 @@ class EnvMetricsCallback(BaseCallback):
             latency = None
         if latency is None:
             raise ValueError(
-                "EnvMetricsCallback needs a UniLab env with step timing (make_sb3_env(...), env.step_latency not None); "
+                "EnvMetricsCallback needs a UniLab env with step timing "
+                "(make_sb3_env(...), env.step_latency not None); "
                 f"the model's env is a {type(self.training_env.unwrapped).__name__}"
             )
         self._latency = latency

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch as th
@@ -39,11 +39,6 @@ from unilab_gym.replay.storage import ReplayHandle
 from unilab_gym.replay.torch_sampler import TorchSampler
 from unilab_gym.validation import REAL_DTYPE_KINDS, check_positive_int, check_real_array
 
-try:
-    import psutil
-except ImportError:  # pragma: no cover
-    psutil = None
-
 __all__ = ["SharedReplayBuffer"]
 
 _EXACT_INT = 2**24  # float32 holds every integer of magnitude <= 2**24 exactly
@@ -53,8 +48,17 @@ def _seed_from_global_state() -> np.random.SeedSequence:
     """A seed derived from numpy's global RNG state *without advancing it*: SB3's ``seed=``
     (which seeds numpy before building the buffer) fixes our sampling stream, and the rest of
     SB3 sees the same global random stream as with its own buffer."""
-    _, keys, pos, *_ = np.random.get_state()
-    return np.random.SeedSequence([int(pos), *keys.tolist()])
+    mt19937 = np.random.get_state(legacy=False)["state"]
+    return np.random.SeedSequence([int(mt19937["pos"]), *mt19937["key"].tolist()])
+
+
+def _available_memory() -> int | None:
+    """Bytes of available RAM (``psutil``, as SB3's ``ReplayBuffer`` checks it), or ``None`` without psutil."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover
+        return None
+    return int(psutil.virtual_memory().available)
 
 
 def _check_observation_space(space: spaces.Space) -> None:
@@ -142,8 +146,8 @@ class SharedReplayBuffer(ReplayBuffer):
         self._sampler: TorchSampler | None = None
         self._staging = staging
         # BaseBuffer, not ReplayBuffer.__init__: SB3's would allocate its own arrays.
-        BaseBuffer.__init__(self, int(buffer_size), observation_space, action_space, device, n_envs=int(n_envs))
-        self.buffer_size = max(int(buffer_size) // self.n_envs, 1)
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
+        self.buffer_size = max(buffer_size // self.n_envs, 1)
         self.optimize_memory_usage = False
         self.handle_timeout_termination = handle_timeout_termination
         self.obs_dim = int(np.prod(self.obs_shape))
@@ -154,19 +158,19 @@ class SharedReplayBuffer(ReplayBuffer):
         self._zeros = np.zeros(self.n_envs, dtype=np.float32)
         self.action_dtype = np.dtype(self._maybe_cast_dtype(action_space.dtype))
         self._action_th_dtype = th.from_numpy(np.zeros(0, self.action_dtype)).dtype
-        self.layout = ReplayLayout(self.obs_dim, self.action_dim, dict(extra_dims or {}))
+        self.layout = ReplayLayout(self.obs_dim, self.action_dim, extra_dims or {})
         # obs | next_obs | action | reward | terminated | truncated [| extras]
         self._split_sizes = [self.obs_dim, self.obs_dim, self.action_dim, 1, 1, 1] + (
             [self.layout.extra_dim] if self.layout.extras else []
         )
         capacity = self.buffer_size * self.n_envs
-        if psutil is not None:
-            needed, available = capacity * self.layout.row_nbytes, psutil.virtual_memory().available
-            if needed > available:
-                warnings.warn(
-                    "This system does not have apparently enough memory to store the complete "
-                    f"replay buffer {needed / 1e9:.2f}GB > {available / 1e9:.2f}GB"
-                )
+        needed, available = capacity * self.layout.row_nbytes, _available_memory()
+        if available is not None and needed > available:
+            warnings.warn(
+                "This system does not have apparently enough memory to store the complete "
+                f"replay buffer {needed / 1e9:.2f}GB > {available / 1e9:.2f}GB",
+                stacklevel=2,
+            )
         self.rng = np.random.default_rng(_seed_from_global_state() if seed is None else seed)
         self._storage = ReplayStorage(self.layout, capacity)
 
@@ -285,7 +289,7 @@ class SharedReplayBuffer(ReplayBuffer):
                 truncated[i] = done[i]
                 if self.handle_timeout_termination:
                     terminated[i] = 0.0
-        self._storage.add(obs, next_obs, action, reward, terminated, truncated, validate=False)
+        self.storage.add(obs, next_obs, action, reward, terminated, truncated, validate=False)
 
     def _obs_rows(self, name: str, value: Any) -> np.ndarray:
         arr = check_real_array(name, value)
@@ -338,14 +342,15 @@ class SharedReplayBuffer(ReplayBuffer):
 
     def _samples_from_numpy(self, rows: np.ndarray, env: VecNormalize | None) -> ReplayBufferSamples:
         L, shape = self.layout, (rows.shape[0], *self.obs_shape)
+        # Box observations: SB3's _normalize_obs returns an array for an array
         data = (
-            self._normalize_obs(rows[:, L.obs].reshape(shape), env),
+            cast(np.ndarray, self._normalize_obs(rows[:, L.obs].reshape(shape), env)),
             rows[:, L.action].astype(self.action_dtype),
-            self._normalize_obs(rows[:, L.next_obs].reshape(shape), env),
+            cast(np.ndarray, self._normalize_obs(rows[:, L.next_obs].reshape(shape), env)),
             rows[:, L.terminated : L.terminated + 1],
             self._normalize_reward(rows[:, L.reward : L.reward + 1], env),
         )
-        return ReplayBufferSamples(*tuple(map(self.to_torch, data)))
+        return ReplayBufferSamples(*(self.to_torch(array) for array in data))
 
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> ReplayBufferSamples:
         """SB3's hook: transitions ``[batch_inds, env_indices]`` with ``env_indices`` drawn from

@@ -26,17 +26,20 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import pandas as pd
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from tianshou.data import Batch, VectorReplayBuffer
+from tianshou.data.batch import BatchProtocol
 from tianshou.data.types import RolloutBatchProtocol
 from tianshou.env import BaseVectorEnv
 
 from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
 from unilab_gym.replay import ReplayHandle, ReplayLayout, ReplayStorage
+from unilab_gym.validation import check_int, check_positive_int
 from unilab_gym.vector_env import UniLabVectorEnv
 
 __all__ = ["SharedVectorReplayBuffer", "TianshouVectorEnv", "make_tianshou_env"]
@@ -94,7 +97,6 @@ class TianshouVectorEnv(BaseVectorEnv):
         self.venv = venv
         self._env_fns: list = []
         self.workers: list = []
-        self.worker_class = None
         self.env_num = venv.num_envs
         self.wait_num = venv.num_envs
         self.timeout = None
@@ -104,6 +106,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         self.ready_id = list(range(venv.num_envs))
         self.is_closed = False
         self._action_spaces = [copy.deepcopy(venv.single_action_space) for _ in range(venv.num_envs)]
+        self._action_shape = cast(spaces.Box, venv.single_action_space).shape
         self._stale = np.zeros(venv.num_envs, dtype=bool)
 
     # ------------------------------------------------------------------ attributes
@@ -158,7 +161,8 @@ class TianshouVectorEnv(BaseVectorEnv):
 
         Raises:
             TypeError: an unknown keyword argument.
-            ValueError: bad ``env_id``, seed list of the wrong length, or ``reset_mask`` in options.
+            ValueError: bad ``env_id``, a seed that is not a non-negative int (``bool`` is refused), a seed
+                list of the wrong length, or ``reset_mask`` in options.
         """
         self._assert_is_not_closed()
         seed = kwargs.pop("seed", None)
@@ -172,7 +176,9 @@ class TianshouVectorEnv(BaseVectorEnv):
         mask[ids] = True
         seeds: list[int | None] | None = None
         if seed is not None:
-            per_env = [seed] * len(ids) if isinstance(seed, (int, np.integer)) else list(seed)
+            per_env = (
+                [check_int("seed", seed, minimum=0)] * len(ids) if isinstance(seed, (int, np.integer)) else list(seed)
+            )
             if len(per_env) != len(ids):
                 raise ValueError(f"got {len(per_env)} seeds for {len(ids)} envs")
             seeds = [None] * self.env_num
@@ -214,11 +220,11 @@ class TianshouVectorEnv(BaseVectorEnv):
                 f"envs {stale} advanced (with zero actions) while other envs were stepped alone; "
                 "reset them (reset(env_id=...)) before stepping them again"
             )
-        full = np.zeros((self.env_num, *self.venv.single_action_space.shape))
+        full = np.zeros((self.env_num, *self._action_shape))
         try:
             full[ids] = action
         except (TypeError, ValueError):
-            raise ValueError(f"actions must have shape ({len(ids)}, 12), got {action.shape}") from None
+            raise ValueError(f"actions must have shape {(len(ids), *self._action_shape)}, got {action.shape}") from None
         obs, rew, terminated, truncated, info = self.venv.step(full)
         idle = np.ones(self.env_num, dtype=bool)
         idle[ids] = False
@@ -233,21 +239,28 @@ class TianshouVectorEnv(BaseVectorEnv):
 
         Returns:
             ``[[seed_0], [seed_1], ...]`` as Tianshou's ``DummyVectorEnv`` returns.
+
+        Raises:
+            ValueError: a seed that is not a non-negative int (``bool`` is refused), or a list of the wrong length.
         """
         self._assert_is_not_closed()
         if seed is None:
             seeds: list[int | None] = [None] * self.env_num
         elif isinstance(seed, (int, np.integer)):
-            seeds = [int(seed) + i for i in range(self.env_num)]
+            first = check_int("seed", seed, minimum=0)
+            seeds = [first + i for i in range(self.env_num)]
         else:
             seeds = list(seed)
         self.venv.reset(seed=seeds)  # validates the list
         for space, s in zip(self._action_spaces, seeds):
             space.seed(s)
         self._stale[:] = False
-        return [[s] for s in seeds]
+        # Tianshou annotates list[int] | None, but its DummyVectorEnv returns [None] for an unseeded env too
+        return [[s] for s in seeds]  # type: ignore[list-item]
 
-    def render(self, **kwargs: Any) -> Sequence[np.ndarray | None]:
+    # Tianshou annotates list[Any]; a lazy Sequence keeps Collector(render=...), which discards the result,
+    # from drawing all N frames on every step.
+    def render(self, **kwargs: Any) -> Sequence[np.ndarray | None]:  # type: ignore[override]
         """The N frames ((240, 320, 3) uint8, env ``i`` drawn when indexed), or N ``None`` without a render mode."""
         self._assert_is_not_closed()
         frames = self.venv.render()
@@ -294,10 +307,11 @@ def make_tianshou_env(env_id: str, num_envs: int, seed: int | None = None, **env
     return envs
 
 
-def _null_rows(data: Batch, idx: np.ndarray) -> np.ndarray:
+def _null_rows(data: BatchProtocol, idx: np.ndarray) -> np.ndarray:
     """(len(idx),) bool: rows ``idx`` of ``data`` holding a null (``pandas.isnull``, as ``Batch.isnull``)."""
     out = np.zeros(len(idx), dtype=bool)
-    for value in data.values():
+    for key in data.get_keys():
+        value = data[key]
         if isinstance(value, Batch):
             out |= _null_rows(value, idx)
             continue
@@ -337,11 +351,17 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
             ``save_only_last_obs`` and ``sample_avail`` must keep their defaults.
 
     Raises:
-        ValueError: an unsupported option, or (at ``add``) non-float observations/actions or
+        ValueError: an unsupported option, a ``total_size``, ``buffer_num``, ``obs_shape`` entry or
+            ``act_dim`` that is not a positive int, or (at ``add``) non-float observations/actions or
             shapes that differ from the block's (nothing is written).
     """
 
-    _UNSUPPORTED = {"stack_num": 1, "ignore_obs_next": False, "save_only_last_obs": False, "sample_avail": False}
+    _UNSUPPORTED: ClassVar[dict[str, object]] = {
+        "stack_num": 1,
+        "ignore_obs_next": False,
+        "save_only_last_obs": False,
+        "sample_avail": False,
+    }
 
     def __init__(
         self,
@@ -358,6 +378,8 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
                     f"SharedVectorReplayBuffer does not support {key}={kwargs[key]!r}: each packed row stores "
                     "one obs and its obs_next. Use tianshou's VectorReplayBuffer for frame stacking."
                 )
+        total_size = check_positive_int("total_size", total_size)
+        buffer_num = check_positive_int("buffer_num", buffer_num)
         super().__init__(total_size, buffer_num, **kwargs)
         self._storage: ReplayStorage | None = None
         self._obs_shape: tuple[int, ...] | None = None
@@ -365,8 +387,9 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
         self._null = np.zeros(self.maxsize, dtype=bool)
         if (obs_shape is None) != (act_dim is None):
             raise ValueError("give both obs_shape and act_dim, or neither (then the first add allocates)")
-        if obs_shape is not None:
-            self._allocate(tuple(int(d) for d in obs_shape), int(act_dim))
+        if obs_shape is not None and act_dim is not None:
+            shape = tuple(check_positive_int(f"obs_shape[{k}]", d) for k, d in enumerate(obs_shape))
+            self._allocate(shape, check_positive_int("act_dim", act_dim))
 
     # ------------------------------------------------------------------ shared storage
     @property
@@ -410,10 +433,12 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
             raise AssertionError("column views of the shared block must not be copies")
         old = self._meta
         self._meta = Batch(
-            **views,
-            terminated=np.zeros(n, dtype=bool),
-            truncated=np.zeros(n, dtype=bool),
-            done=np.zeros(n, dtype=bool),
+            {
+                **views,
+                "terminated": np.zeros(n, dtype=bool),
+                "truncated": np.zeros(n, dtype=bool),
+                "done": np.zeros(n, dtype=bool),
+            }
         )
         for key in old.get_keys():  # only after unpickling: data to move into the block
             self._meta[key] = old[key]
@@ -450,9 +475,12 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
         if obs_next is None:
             raise ValueError("SharedVectorReplayBuffer needs obs_next in every added batch")
         r = len(obs)
-        if self._storage is None and len(self._meta.get_keys()) == 0:
-            self._allocate(obs.shape[1:], int(np.prod(act.shape[1:], dtype=int)))
-        expected = {"obs": (r, *self._obs_shape), "obs_next": (r, *self._obs_shape), "act": (r, self._act_dim)}
+        if self._obs_shape is None or self._act_dim is None:  # the first add: allocate the block
+            obs_shape, act_dim = obs.shape[1:], int(np.prod(act.shape[1:], dtype=int))
+            self._allocate(obs_shape, act_dim)
+        else:
+            obs_shape, act_dim = self._obs_shape, self._act_dim
+        expected = {"obs": (r, *obs_shape), "obs_next": (r, *obs_shape), "act": (r, act_dim)}
         for name, arr in (("obs", obs), ("obs_next", obs_next), ("act", act)):
             if arr.shape != expected[name]:
                 raise ValueError(f"{name} must have shape {expected[name]}, got {arr.shape}")
@@ -508,5 +536,5 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        if self._obs_shape is not None:  # move the data into a new shared block
+        if self._obs_shape is not None and self._act_dim is not None:  # move the data into a new shared block
             self._allocate(self._obs_shape, self._act_dim)

@@ -13,7 +13,6 @@ from unilab_gym.replay import ReplayStorage
 def uniform_rows(layout, values):
     """Transitions whose every column equals its value: a torn row would mix two values."""
     v = np.asarray(values, dtype=np.float32)
-    n = v.shape[0]
     col = v[:, None]
     return dict(
         obs=np.repeat(col, layout.obs_dim, 1),

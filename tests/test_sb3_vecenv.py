@@ -153,7 +153,7 @@ def test_vec_monitor_and_vec_normalize_on_top():
     env.reset()
     total = np.zeros(3)
     for _ in range(10):
-        obs, rew, done, infos = env.step(np.zeros((3, 12), np.float32))
+        _, _, done, infos = env.step(np.zeros((3, 12), np.float32))
         total += env.get_original_reward()
     assert done.all()
     for i, info in enumerate(infos):

@@ -82,7 +82,7 @@ def test_vector_env_steps_like_dummy_vector_env(mode):
 def test_subset_steps_mark_the_others_stale():
     envs = make_tianshou_env(ID, 3, seed=0)
     envs.reset()
-    obs, rew, term, trunc, info = envs.step(np.zeros((2, 12)), id=[2, 0])
+    obs, _, _, _, info = envs.step(np.zeros((2, 12)), id=[2, 0])
     assert obs.shape == (2, 48) and [i["env_id"] for i in info] == [2, 0]
     with pytest.raises(RuntimeError, match=r"envs \[1\]"):
         envs.step(np.zeros((3, 12)))
@@ -224,7 +224,7 @@ def test_pickled_buffer_is_a_copy_in_a_new_block():
         buf.add(_batch(2, rew=float(k)))
     copy = pickle.loads(pickle.dumps(buf))
     assert copy.handle.name != buf.handle.name
-    for key in FIELDS + ("rew",):
+    for key in (*FIELDS, "rew"):
         np.testing.assert_array_equal(getattr(copy[:], key), getattr(buf[:], key))
     copy.add(_batch(2, rew=9.0))  # writes the new block, not the original
     assert np.shares_memory(copy.rew, copy.storage.block)

@@ -39,6 +39,15 @@ LATENCY_BUCKETS_US: tuple[float, ...] = (
 )
 
 
+def _state_array(out: np.ndarray | None, size: int) -> np.ndarray:
+    """``out`` checked to be a float64 array of shape ``(size,)``, or a new zeroed one if ``None``."""
+    if out is None:
+        return np.zeros(size)
+    if out.dtype != np.float64 or out.shape != (size,):
+        raise ValueError(f"out must be a float64 array of shape ({size},), got {out.dtype} {out.shape}")
+    return out
+
+
 class LatencyHistogram:
     """Latencies in µs, bucketed by :data:`LATENCY_BUCKETS_US`, with their sum.
 
@@ -54,12 +63,8 @@ class LatencyHistogram:
     #: float64 values of the state: one count per bucket (+Inf included), then the sum in µs.
     SIZE = len(LATENCY_BUCKETS_US) + 2
 
-    def __init__(self, out: np.ndarray | None = None):
-        if out is None:
-            out = np.zeros(self.SIZE)
-        elif out.dtype != np.float64 or out.shape != (self.SIZE,):
-            raise ValueError(f"out must be a float64 array of shape ({self.SIZE},), got {out.dtype} {out.shape}")
-        self.data = out
+    def __init__(self, out: np.ndarray | None = None) -> None:
+        self.data = _state_array(out, self.SIZE)
 
     def observe(self, microseconds: float) -> None:
         """Count one latency, in µs."""
@@ -95,6 +100,9 @@ class StepLatency:
     Args:
         out: float64 array of shape ``(2 * LatencyHistogram.SIZE,)`` holding both histograms
             (physics first); see :class:`LatencyHistogram`. Default: a new zeroed array.
+
+    Raises:
+        ValueError: ``out`` is not a float64 array of shape ``(SIZE,)``.
     """
 
     SIZE = 2 * LatencyHistogram.SIZE
@@ -102,11 +110,7 @@ class StepLatency:
     PHYSICS = slice(0, LatencyHistogram.SIZE)
     TASK = slice(LatencyHistogram.SIZE, SIZE)
 
-    def __init__(self, out: np.ndarray | None = None):
-        if out is None:
-            out = np.zeros(self.SIZE)
-        elif out.dtype != np.float64 or out.shape != (self.SIZE,):
-            raise ValueError(f"out must be a float64 array of shape ({self.SIZE},), got {out.dtype} {out.shape}")
-        self.data = out
-        self.physics = LatencyHistogram(out[self.PHYSICS])
-        self.task = LatencyHistogram(out[self.TASK])
+    def __init__(self, out: np.ndarray | None = None) -> None:
+        self.data = _state_array(out, self.SIZE)
+        self.physics = LatencyHistogram(self.data[self.PHYSICS])
+        self.task = LatencyHistogram(self.data[self.TASK])

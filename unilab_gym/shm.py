@@ -20,11 +20,14 @@ POSIX only (Linux, macOS): Windows named memory has no unlink and is not support
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import secrets
 import weakref
 from multiprocessing import resource_tracker
+
+from unilab_gym.validation import check_positive_int
 
 try:
     import _posixshmem
@@ -67,10 +70,8 @@ def _release(mm: mmap.mmap, view: memoryview, fd: int, unlink_name: str | None, 
         mm.close()
     except BufferError:
         pass
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass
 
 
 def _map(fd: int) -> tuple[mmap.mmap, int]:
@@ -95,6 +96,7 @@ class Segment:
     buf: memoryview
     fd: int
     owner: bool
+    _finalizer: weakref.finalize
 
     def __init__(self) -> None:  # pragma: no cover - guarded
         raise TypeError("use Segment.create(size) or Segment.attach(name)")
@@ -112,8 +114,7 @@ class Segment:
         """
         if _posixshmem is None:  # pragma: no cover - Windows
             raise NotImplementedError("shared replay segments need POSIX shared memory")
-        if size < 1:
-            raise ValueError(f"segment size must be >= 1 byte, got {size}")
+        size = check_positive_int("segment size", size)
         while True:
             name = new_segment_name(prefix)
             try:

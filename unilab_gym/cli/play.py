@@ -15,20 +15,26 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import imageio
-import numpy as np
 from stable_baselines3 import A2C, DDPG, PPO, SAC, TD3
+from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.vec_env import VecNormalize
 
+from unilab_gym.cli._video import write_video
 from unilab_gym.integrations.sb3 import make_sb3_env
 
 ALGOS = {cls.__name__.lower(): cls for cls in (SAC, PPO, TD3, DDPG, A2C)}
 
 
-def algo_of(path: Path):
-    """The SB3 algorithm class that saved ``path``, from the hyperparameters it stored."""
+def algo_of(path: Path) -> type[BaseAlgorithm]:
+    """The SB3 algorithm class that saved ``path``, from the hyperparameters it stored.
+
+    Raises:
+        ValueError: the file holds none of the hyperparameters that tell SAC, PPO, TD3 and A2C apart.
+    """
     data, _, _ = load_from_zip_file(path, load_data=True, device="cpu")
+    if data is None:
+        raise ValueError(f"{path} holds no SB3 model data")
     for key, cls in (("target_entropy", SAC), ("clip_range", PPO), ("policy_delay", TD3), ("normalize_advantage", A2C)):
         if key in data:
             return cls
@@ -36,6 +42,7 @@ def algo_of(path: Path):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options of ``unilab-gym play`` (``argv`` defaults to ``sys.argv[1:]``)."""
     parser = argparse.ArgumentParser(
         prog="unilab-gym play", description="Load a saved SB3 model and write a video of env 0."
     )
@@ -49,6 +56,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> Path:
+    """Run ``unilab-gym play`` (see the module docstring) and return the path of the video written.
+
+    Raises:
+        SystemExit: no model at the given path, or ``--out`` is neither ``.mp4`` nor ``.gif``.
+    """
     args = parse_args(argv)
     if not args.model.exists():
         raise SystemExit(f"no model at {args.model}")
@@ -67,17 +79,11 @@ def main(argv: list[str] | None = None) -> Path:
     frames, total, episodes = [env.render()], 0.0, 0
     for _ in range(args.steps):
         action, _ = model.predict(obs, deterministic=not args.stochastic)
-        obs, reward, done, infos = env.step(action)
+        obs, reward, done, _ = env.step(action)
         total += float(env.get_original_reward()[0]) if isinstance(env, VecNormalize) else float(reward[0])
         episodes += int(done[0])
         frames.append(env.render())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".gif":
-        imageio.mimsave(out, frames, duration=1000 / fps, loop=0)
-    else:
-        with imageio.get_writer(out, fps=fps) as writer:
-            for frame in frames:
-                writer.append_data(np.asarray(frame))
+    write_video(out, frames, fps)
     print(f"wrote {out}: {len(frames)} frames, return {total:.2f} over {args.steps} steps ({episodes} episode ends)")
     env.close()
     return out

@@ -43,8 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from unilab_gym.cli._video import write_video
 from unilab_gym.randomization import PARAMETERS, DomainRandomization
 from unilab_gym.trace import FALL_CONDITIONS, package_versions
+from unilab_gym.validation import check_positive_int
 
 RESULTS_FORMAT = "unilab-gym/robustness"
 RESULTS_FORMAT_VERSION = 1
@@ -265,12 +267,13 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         + (f", observations normalized with `{Path(results['vecnormalize']).name}`" if results["vecnormalize"] else "")
         + ").",
         f"- {len(episodes)} episodes: {results['episodes_per_cell']} per cell over {len(summary)} cells; "
-        f"episode `j` of every cell has env seed {results['seed']} + `j` (the same commands and initial poses in every cell).",
+        f"episode `j` of every cell has env seed {results['seed']} + `j` "
+        "(the same commands and initial poses in every cell).",
         f"- Success: the episode reaches the time limit ({steps} control steps, {seconds:g} s) without a fall "
         f"(base height < {term['min_base_height']} m, |roll| or |pitch| > {term['max_tilt']} rad"
         + (", or the trunk touching the ground" if term["trunk_contact"] else "")
-        + "). Fall rate = 1 − success rate; its columns give the share of episodes that fell with each condition holding. "
-        "The 95 % interval of the success rate is Wilson's.",
+        + "). Fall rate = 1 − success rate; its columns give the share of episodes that fell with each "
+        "condition holding. The 95 % interval of the success rate is Wilson's.",
         "- Parameters off the grid are nominal: "
         + ", ".join(f"{name} {PARAMETERS[name].nominal:g}" for name in PARAMETERS if name not in results["grid"])
         + ".",
@@ -279,7 +282,8 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         "",
         "| rank | "
         + " | ".join(_axis_label(a.name) for a in axes)
-        + " | episodes | success [95% CI] | fall | fall: height / tilt / trunk contact | mean return ± std | mean length (steps) |",
+        + " | episodes | success [95% CI] | fall | fall: height / tilt / trunk contact"
+        " | mean return ± std | mean length (steps) |",
         "|---:|" + "---:|" * len(axes) + "---:|---:|---:|---:|---:|---:|",
     ]
     for rank, s in enumerate(summary, 1):
@@ -409,8 +413,8 @@ def replay(
         conditions = env.parameter_trace()[0]["fall_conditions"]
     finally:
         env.close()
-    if render:
-        _write_video(Path(video), frames, fps=int(round(1.0 / (results["env"]["dt"] * results["env"]["substeps"]))))
+    if video is not None:
+        write_video(Path(video), frames, fps=round(1.0 / (results["env"]["dt"] * results["env"]["substeps"])))
     out = {
         "return": total,
         "length": length,
@@ -419,18 +423,6 @@ def replay(
     }
     out["matches"] = all(out[k] == record[k] for k in ("return", "length", "termination", "fall_conditions"))
     return out
-
-
-def _write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
-    import imageio
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".gif":
-        imageio.mimsave(path, frames, duration=1000 / fps, loop=0)
-    else:
-        with imageio.get_writer(path, fps=fps) as writer:
-            for frame in frames:
-                writer.append_data(frame)
 
 
 # ---------------------------------------------------------------------------------------- CLI
@@ -476,9 +468,9 @@ def _parser() -> argparse.ArgumentParser:
 def _run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Path:
     if args.model is None or args.algo is None or args.grid is None:
         parser.error("--model, --algo and --grid are required (or use --replay)")
-    if args.episodes < 1 or args.num_envs < 1 or args.max_episode_steps < 1:
-        parser.error("--episodes, --num-envs and --max-episode-steps must be >= 1")
     try:
+        for flag in ("episodes", "num_envs", "max_episode_steps"):
+            check_positive_int("--" + flag.replace("_", "-"), getattr(args, flag))
         axes = parse_grid(args.grid)
     except ValueError as exc:
         parser.error(str(exc))
@@ -543,9 +535,10 @@ def _run_replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> di
         if not 0 <= index < len(results["episodes"]):
             parser.error(f"--replay index {index} out of range: {path} has {len(results['episodes'])} episodes")
     else:
-        index = first_failure(results)
-        if index is None:
+        failure = first_failure(results)
+        if failure is None:
             parser.error(f"{path} has no failing episode; give an index, e.g. {path}:0")
+        index = failure
     model = args.model or Path(results["model"])
     algo = args.algo or results["algo"]
     vecnormalize = args.vecnormalize or (Path(results["vecnormalize"]) if results["vecnormalize"] else None)
@@ -564,7 +557,8 @@ def _run_replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> di
         + (
             " — identical to the record"
             if outcome["matches"]
-            else f" — DIFFERS from the record (return {record['return']:.4f}, {record['length']} steps, {record['termination']})"
+            else f" — DIFFERS from the record (return {record['return']:.4f}, "
+            f"{record['length']} steps, {record['termination']})"
         )
     )
     if args.video:

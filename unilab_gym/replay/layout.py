@@ -24,33 +24,35 @@ observation), appended in the order given.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from unilab_gym.validation import check_positive_int
 
 __all__ = ["ReplayLayout"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ReplayLayout:
     """Column layout of a packed float32 replay block (see the module docstring).
 
     :param obs_dim: number of float32 values of one (flattened) observation, ``>= 1``.
     :param act_dim: number of float32 values of one (flattened) action, ``>= 1``.
     :param extras: optional extra column groups, ``{name: dim}`` or ``[(name, dim), ...]``,
-        appended after ``truncated`` in that order. Names must be unique identifiers.
+        appended after ``truncated`` in that order. Names must be unique identifiers. Stored as
+        a tuple of ``(name, dim)`` pairs.
     :raises ValueError: on a non-positive dimension or a bad / duplicate extra name.
     """
 
     obs_dim: int
     act_dim: int
-    extras: tuple[tuple[str, int], ...] = field(default=())
+    extras: tuple[tuple[str, int], ...] = ()
 
-    def __post_init__(self) -> None:
-        check_positive_int("obs_dim", self.obs_dim)
-        check_positive_int("act_dim", self.act_dim)
-        raw: Iterable = self.extras.items() if isinstance(self.extras, Mapping) else self.extras
-        extras: list[tuple[str, int]] = []
+    def __init__(self, obs_dim: int, act_dim: int, extras: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
+        obs_dim = check_positive_int("obs_dim", obs_dim)
+        act_dim = check_positive_int("act_dim", act_dim)
+        raw: Iterable[Any] = extras.items() if isinstance(extras, Mapping) else extras
+        pairs: list[tuple[str, int]] = []
         for item in raw:
             try:
                 name, dim = item
@@ -60,10 +62,12 @@ class ReplayLayout:
                 raise ValueError(f"extra column group name must be an identifier, got {name!r}")
             if name in {"obs", "next_obs", "action", "reward", "terminated", "truncated"}:
                 raise ValueError(f"extra column group name {name!r} clashes with a base column")
-            if any(name == other for other, _ in extras):
+            if any(name == other for other, _ in pairs):
                 raise ValueError(f"duplicate extra column group name {name!r}")
-            extras.append((name, check_positive_int(f"extras[{name!r}]", dim)))
-        object.__setattr__(self, "extras", tuple(extras))
+            pairs.append((name, check_positive_int(f"extras[{name!r}]", dim)))
+        object.__setattr__(self, "obs_dim", obs_dim)
+        object.__setattr__(self, "act_dim", act_dim)
+        object.__setattr__(self, "extras", tuple(pairs))
 
     # ---- base columns -------------------------------------------------------------------
     @property
@@ -133,15 +137,3 @@ class ReplayLayout:
     def row_nbytes(self) -> int:
         """Bytes of one row (``4 * width``)."""
         return 4 * self.width
-
-    def describe(self) -> str:
-        """A one-line-per-group text table of the column ranges."""
-        groups = [
-            ("obs", self.obs),
-            ("next_obs", self.next_obs),
-            ("action", self.action),
-            ("reward", slice(self.reward, self.reward + 1)),
-            ("terminated", slice(self.terminated, self.terminated + 1)),
-            ("truncated", slice(self.truncated, self.truncated + 1)),
-        ] + [(name, self.extra(name)) for name, _ in self.extras]
-        return "\n".join(f"{name:<12} [{s.start}, {s.stop})" for name, s in groups)

@@ -61,13 +61,13 @@ import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
 from unilab_gym.replay.layout import ReplayLayout
 from unilab_gym.shm import DEFAULT_PREFIX, Segment, SegmentNotFoundError
-from unilab_gym.validation import check_positive_int, check_real_array
+from unilab_gym.validation import check_positive_int, check_real, check_real_array
 
 __all__ = [
     "MAX_SLOTS",
@@ -246,7 +246,6 @@ class ReplayStorage:
         capacity = check_positive_int("capacity", capacity)
         if not isinstance(layout, ReplayLayout):
             raise ValueError(f"layout must be a ReplayLayout, got {type(layout).__name__}")
-        capacity = int(capacity)
         segment = Segment.create(_HEADER_BYTES + 4 * capacity * layout.width, prefix=prefix)
         try:
             header = np.frombuffer(segment.buf, dtype=np.int64, count=_HEADER_INTS)
@@ -386,7 +385,7 @@ class ReplayStorage:
     def __len__(self) -> int:
         """Number of rows that :meth:`sample` may return right now."""
         with self._lock:
-            _, _, starts, lengths = self._valid_intervals()
+            _, _, _, lengths = self._valid_intervals()
         return int(lengths.sum())
 
     def __repr__(self) -> str:
@@ -394,7 +393,7 @@ class ReplayStorage:
         role = "owner" if self.is_owner else "attached"
         return f"ReplayStorage({self.name!r}, {role}, capacity={self.capacity}, width={self.layout.width}, {state})"
 
-    def __getstate__(self):
+    def __getstate__(self) -> NoReturn:
         raise TypeError(
             "a ReplayStorage cannot be pickled: send `storage.handle` and call "
             "`ReplayStorage.attach(handle)` in the other process (or `to_state()` for a copy)"
@@ -414,13 +413,13 @@ class ReplayStorage:
 
         :param n: rows to reserve, ``1 <= n <= capacity``.
         :param timeout: seconds to wait for a conflicting live writer (or a free slot).
-        :raises ValueError: if ``n`` is out of range.
+        :raises ValueError: if ``n`` is out of range, or ``timeout`` is negative, NaN or infinite.
         :raises TimeoutError: if a live writer held the rows (or all slots) for ``timeout`` s;
             the message names its pid.
         :raises ReplayClosedError: if this object or the segment's owner has closed it.
         """
         n = check_positive_int("number of rows to reserve", n)
-        n = int(n)
+        timeout = check_real("timeout", timeout, minimum=0.0)
         if n > self._capacity:
             raise ValueError(f"cannot add {n} rows at once to a replay of capacity {self._capacity}")
         deadline = time.monotonic() + timeout
@@ -438,7 +437,7 @@ class ReplayStorage:
     def _try_reserve(self, n: int) -> Reservation | str:
         """Under the lock: make the reservation, or return why it must wait."""
         slot = self._claim(n)
-        if type(slot) is str:
+        if isinstance(slot, str):
             return slot
         head = self._h[_START + slot]
         return Reservation(head, n, slot, self._pieces(head % self._capacity, n))
@@ -623,7 +622,7 @@ class ReplayStorage:
             h = self._h
             with self._lock:
                 slot = self._claim(n)
-                if type(slot) is int:
+                if isinstance(slot, int):
                     start = h[_START + slot]
                     lo = start % self._capacity
                     try:
@@ -647,20 +646,6 @@ class ReplayStorage:
             raise
         self.commit(res)
         return res.start
-
-    def add_packed(self, rows: Any, *, timeout: float = 10.0) -> int:
-        """Append already packed rows ``(n, width)`` (laid out as :attr:`layout` says).
-
-        :return: sequence number of the first row.
-        :raises ValueError: on a wrong shape or dtype, or ``n > capacity``.
-        """
-        self._lock.check()
-        arr = np.asarray(rows)
-        if arr.ndim != 2:
-            raise ValueError(f"rows must have shape (n, {self._layout.width}), got {arr.shape}")
-        n = arr.shape[0]
-        arr = _as_rows("rows", arr, n, self._layout.width)
-        return self._append([(self._block, arr)], n, timeout)
 
     # ---- reading -------------------------------------------------------------------------------
     def _valid_intervals(self) -> tuple[int, int, np.ndarray, np.ndarray]:
@@ -877,8 +862,8 @@ class ReplayStorage:
         try:
             rows = _as_rows("rows", rows, min(head, capacity), layout.width)
             self._block[: rows.shape[0]] = rows
-            for i, (s, e) in enumerate(holes):
-                self._state[i], self._start[i], self._stop[i], self._spid[i] = _ABORTED, s, e, 0
+            for i, (lo, hi) in enumerate(holes):
+                self._state[i], self._start[i], self._stop[i], self._spid[i] = _ABORTED, lo, hi, 0
             self._header[_HEAD] = head
             self._header[_COMMITTED] = committed
         except BaseException:
@@ -900,8 +885,7 @@ class ReplayStorage:
         self._lock.closed = True
         # release our views of the mapping
         self._h.release()
-        self._h = self._header = self._state = self._start = self._stop = self._spid = self._block = None
-        self._cols = ()
+        del self._h, self._header, self._state, self._start, self._stop, self._spid, self._block, self._cols
         self._segment.close()
 
     def __enter__(self) -> ReplayStorage:

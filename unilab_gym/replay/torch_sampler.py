@@ -34,13 +34,14 @@ class TorchSampler:
     :param device: torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``).
     :param staging: gather into a host staging buffer then copy (pinned + ``non_blocking`` on
         CUDA). Default: ``True`` for CUDA devices, ``False`` otherwise.
+    :raises ValueError: if ``width < 1``.
     """
 
     def __init__(self, width: int, device: Any = "cpu", *, staging: bool | None = None) -> None:
         import torch
 
         self._torch = torch
-        self.width = int(width)
+        self.width = check_positive_int("width", width)
         self.device = torch.device(device)
         self.staging = self.device.type == "cuda" if staging is None else bool(staging)
         self._pin = self.staging and self.device.type == "cuda"
@@ -63,17 +64,6 @@ class TorchSampler:
             event.synchronize()  # the copy that last read this buffer has finished
         return host, host_np, event
 
-    def to_device(self, rows: np.ndarray) -> Any:
-        """Move ``(B, width)`` float32 host rows to :attr:`device` (a new tensor, never a view of
-        ``rows``), through the staging path when enabled."""
-        torch = self._torch
-        rows = np.ascontiguousarray(rows, dtype=np.float32)
-        if not self.staging:
-            return torch.tensor(rows, device=self.device)
-        host, host_np, event = self._staging_slot(rows.shape[0])
-        host_np[...] = rows
-        return self._upload(host, event)
-
     def _upload(self, host: Any, event: Any) -> Any:
         dev = self._torch.empty(host.shape, dtype=host.dtype, device=self.device)
         dev.copy_(host, non_blocking=True)
@@ -92,7 +82,6 @@ class TorchSampler:
         if storage.layout.width != self.width:
             raise ValueError(f"storage rows have width {storage.layout.width}, this sampler expects {self.width}")
         batch_size = check_positive_int("batch_size", batch_size)
-        batch_size = int(batch_size)
         if not self.staging:
             out = self._torch.empty((batch_size, self.width), dtype=self._torch.float32)
             seq, _ = storage.sample(batch_size, rng, out=out.numpy())
