@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -46,11 +47,12 @@ def fast():
 def runner_segments(runner):
     """/dev/shm paths of the runner's own segments (weights, control, on-policy the rollouts, and once
     collectors started the policy module they load)."""
-    names = [runner._weights.handle.name, runner._control.handle.name]
+    pool = runner._pool  # a ProcessCollectorPool
+    names = [pool._weights.handle.name, pool._control.handle.name]
     if getattr(runner._loop, "storage", None) is not None:
         names.append(runner._loop.storage.handle.name)
-    if runner._policy_segment is not None:
-        names.append(runner._policy_segment.name)
+    if pool._policy_segment is not None:
+        names.append(pool._policy_segment.name)
     return [f"/dev/shm/{name}" for name in names]
 
 
@@ -170,7 +172,7 @@ def test_td3_trains_and_backpressure_bounds_collectors():
         model, env_fn=_runner_envs.quadruped, num_collectors=2, envs_per_collector=4, replay_ratio=1.0
     ) as runner:
         runner.learn(600)
-        produced = runner._control.total_transitions()
+        produced = runner._pool.counters.total_transitions()
     assert model._n_updates == 600 - 100
     # collectors never ran past the target by more than one step each
     assert 600 <= produced <= 600 + 2 * 4
@@ -201,11 +203,22 @@ def test_bad_arguments(kwargs, match):
     model.replay_buffer.close()
 
 
+def test_counts_accept_numpy_integers_and_refuse_bool():
+    model = make_sac()
+    with AsyncRunner(model, env_id=ID, num_collectors=np.int64(2), envs_per_collector=np.int32(3)) as runner:
+        assert runner.num_collectors == 2 and type(runner.num_collectors) is int
+        assert runner.envs_per_collector == 3 and type(runner.envs_per_collector) is int
+    for kwargs in (dict(num_collectors=True), dict(envs_per_collector=True), dict(max_collector_restarts=False)):
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            AsyncRunner(model, env_id=ID, **kwargs)
+    model.replay_buffer.close()
+
+
 def test_plain_replay_buffer_is_refused_with_the_fix():
     from unilab_gym.integrations.sb3 import make_sb3_env
 
     model = SAC("MlpPolicy", make_sb3_env(ID, 1, **SMALL_ENV), **fast())
-    with pytest.raises(ValueError, match="replay_buffer_class=unilab_gym.SharedReplayBuffer"):
+    with pytest.raises(ValueError, match=r"replay_buffer_class=unilab_gym.SharedReplayBuffer"):
         AsyncRunner(model, env_id=ID)
 
 
@@ -267,7 +280,7 @@ def test_policy_lag_is_bounded_and_logged(tmp_path):
     ) as runner:
         runner.learn(500, callback=Lag(), log_interval=1)
     assert max(lags) <= 1
-    header = open(tmp_path / "progress.csv").readline()
+    header = (tmp_path / "progress.csv").read_text().splitlines()[0]
     for key in ("unilab/policy_lag_mean", "unilab/policy_lag_max", "rollout/ep_rew_mean", "rollout/ep_len_mean"):
         assert key in header
     model.replay_buffer.close()
@@ -411,7 +424,7 @@ def test_on_policy_two_collectors_callbacks_logs_and_behaviour_policy(tmp_path, 
 
     import csv
 
-    rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
+    rows = list(csv.DictReader((tmp_path / "progress.csv").read_text().splitlines()))
     for key in ("unilab/policy_lag_max", "rollout/ep_rew_mean", "rollout/ep_len_mean", "time/fps", "train/value_loss"):
         assert key in rows[0], key
     lags = [int(float(r["unilab/policy_lag_max"])) for r in rows]  # one rollout per log: its lag
@@ -422,7 +435,7 @@ def test_on_policy_two_collectors_callbacks_logs_and_behaviour_policy(tmp_path, 
         obs = torch.as_tensor(rollout["observations"].reshape(-1, 48))
         actions = torch.as_tensor(rollout["actions"].reshape(-1, 12))
 
-        def evaluate(weights):
+        def evaluate(weights, obs=obs, actions=actions):
             model.policy.load_state_dict(weights)
             with torch.no_grad():
                 values, log_probs, _ = model.policy.evaluate_actions(obs, actions)
@@ -460,7 +473,7 @@ def test_collector_failure_during_a_long_train_is_reported_within_1s(tmp_path):
     with pytest.raises(CollectorError, match="raised an exception"):
         runner.learn(100_000, callback=AnnounceTraining())
     caught = time.time()
-    raised = min(float(open(f).read()) for f in glob.glob(stamp + ".*"))
+    raised = min(float(Path(f).read_text()) for f in glob.glob(stamp + ".*"))
     assert caught - raised < 1.0
     assert model._n_updates < 300  # noticed in the middle of the first train() (300 epochs: seconds), not after it
     assert_no_children()
@@ -498,9 +511,11 @@ def test_on_policy_bad_arguments_are_refused_and_leak_nothing(monkeypatch, kwarg
 
 def test_an_on_policy_model_takes_one_open_runner_at_a_time():
     model = make_ppo(8)
-    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4):
-        with pytest.raises(ValueError, match="another AsyncRunner"):
-            AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4)
+    with (
+        AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4),
+        pytest.raises(ValueError, match="another AsyncRunner"),
+    ):
+        AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4)
     with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4):  # closed: free again
         pass
 
@@ -572,7 +587,7 @@ def test_collector_exception_surfaces_within_1s_with_traceback(tmp_path, family)
     with pytest.raises(CollectorError) as info:
         runner.learn(100_000)
     caught = time.time()
-    raised = min(float(open(f).read()) for f in glob.glob(stamp + ".*"))
+    raised = min(float(Path(f).read_text()) for f in glob.glob(stamp + ".*"))
     assert caught - raised < 1.0
     assert "boom: simulated physics failure" in str(info.value) and "Traceback" in info.value.traceback
     assert runner.closed

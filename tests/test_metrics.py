@@ -267,7 +267,7 @@ def test_unilab_keys_reach_the_sb3_logger_output(tmp_path, family):
     model.set_logger(configure(str(tmp_path), ["csv", "stdout"]))
     with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV) as runner:
         runner.learn(1024, log_interval=1)
-    rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
+    rows = list(csv.DictReader((tmp_path / "progress.csv").read_text().splitlines()))
     expected = LOGGER_KEYS + (REPLAY_KEYS if family == "sac" else [])
     assert [k for k in expected if k not in rows[0]] == []
     if family == "ppo":
@@ -326,12 +326,12 @@ def test_a_sigkilled_collector_is_restarted_and_counted(tmp_path, family):
         # the next fault is one too many: it raises
         segments = runner_segments(runner)
         os.kill(runner.collector_pids[0], signal.SIGKILL)
-        with pytest.raises(CollectorError, match="collector 0 .*signal 9"):
+        with pytest.raises(CollectorError, match=r"collector 0 .*signal 9"):
             runner.learn(1024, reset_num_timesteps=False)
     assert runner.closed and runner.metrics.collector_errors == 2
     assert_no_children()
     assert not any(os.path.exists(s) for s in segments)
-    rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
+    rows = list(csv.DictReader((tmp_path / "progress.csv").read_text().splitlines()))
     assert float(rows[-1]["unilab/collector_restarts"]) == 1
     release(model)
 
@@ -366,7 +366,7 @@ def test_env_metrics_callback_logs_the_env_side_figures_with_plain_sb3(tmp_path)
     model = PPO("MlpPolicy", env, n_steps=16, batch_size=32, n_epochs=1, seed=0, policy_kwargs=dict(net_arch=[16]))
     model.set_logger(configure(str(tmp_path), ["csv"]))
     model.learn(3 * 16 * 4, callback=EnvMetricsCallback())
-    rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
+    rows = list(csv.DictReader((tmp_path / "progress.csv").read_text().splitlines()))
     assert len(rows) == 3
     for key in ("unilab/env_steps_per_s", "unilab/step_physics_us", "unilab/step_task_us"):
         assert all(float(r[key]) > 0 for r in rows), key
@@ -392,7 +392,11 @@ def test_env_metrics_callback_counts_are_current_when_off_policy_sb3_logs(tmp_pa
     model = SAC("MlpPolicy", env, learning_starts=1000, seed=0, **{**fast(), "buffer_size": 1000})
     model.set_logger(configure(str(tmp_path), ["csv"]))
     model.learn(200, callback=EnvMetricsCallback(), log_interval=1)
-    rows = [r for r in csv.DictReader(open(tmp_path / "progress.csv")) if r.get("unilab/episodes_truncated")]
+    rows = [
+        r
+        for r in csv.DictReader((tmp_path / "progress.csv").read_text().splitlines())
+        if r.get("unilab/episodes_truncated")
+    ]
     assert rows
     for r in rows:  # SB3 dumps at each episode end; ours counts every episode of that step
         ours = float(r["unilab/episodes_terminated"]) + float(r["unilab/episodes_truncated"])
@@ -401,20 +405,21 @@ def test_env_metrics_callback_counts_are_current_when_off_policy_sb3_logs(tmp_pa
 
 
 def test_collectors_that_have_not_loaded_weights_do_not_count_in_the_lag():
-    from unilab_gym.runtime.control import VERSION, Control
-    from unilab_gym.runtime.metrics import RunnerMetrics
-    from unilab_gym.runtime.weights import SharedWeights
+    from unilab_gym.runtime.control import VERSION
+    from unilab_gym.runtime.pool import CollectorSetup
+    from unilab_gym.runtime.process_pool import ProcessCollectorPool
 
-    control, weights = Control(3), SharedWeights(4)
+    setup = CollectorSetup(
+        num_collectors=3, envs_per_collector=1, seed=0, policy=None, weights_size=4, writers=(), env_id=ID
+    )
+    pool = ProcessCollectorPool(setup)  # never started: only its counters and weights are used
     try:
-        metrics = RunnerMetrics(control, weights)
-        assert metrics.policy_lag() == 0  # nothing published, nobody acting
+        assert pool.policy_lag() == 0  # nothing published, nobody acting
         for _ in range(7):
-            weights.publish(np.zeros(4, np.float32))
-        control.rows[:, VERSION] = [0, 5, 6]  # collector 0 is starting (or restarted)
-        assert metrics.policy_lag() == 2
-        control.rows[:, VERSION] = 0
-        assert metrics.policy_lag() == 0
+            pool.publish_weights(np.zeros(4, np.float32))
+        pool.counters.rows[:, VERSION] = [0, 5, 6]  # collector 0 is starting (or restarted)
+        assert pool.policy_lag() == 2
+        pool.counters.rows[:, VERSION] = 0
+        assert pool.policy_lag() == 0
     finally:
-        control.close()
-        weights.close()
+        pool.close()

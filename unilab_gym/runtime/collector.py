@@ -1,12 +1,13 @@
-"""The collector process: one vector env (an EIC cluster) and a CPU copy of the policy.
+"""The collector process of :class:`~unilab_gym.runtime.process_pool.ProcessCollectorPool`.
 
-Started by :class:`~unilab_gym.runtime.runner.AsyncRunner` with the ``spawn`` start method.
-Everything it needs arrives as picklable handles. :func:`collector_main` sets up what every
-collector shares (env, policy, weights, counters, error channel) as a :class:`Collector`, then
-hands it to the spec's *writer*, which runs the family's loop and decides what is written
-where: :class:`~unilab_gym.runtime.off_policy.ReplayWriter` (transitions into the shared
-replay) or :class:`~unilab_gym.runtime.on_policy.RolloutWriter` (rollouts into the shared
-rollout storage).
+One vector env (an EIC cluster) and a CPU copy of the policy, in a process started with the
+``spawn`` start method. Everything it needs arrives as picklable handles. :func:`collector_main`
+sets up what every collector shares (env, policy, weights, counters, error channel) as a
+:class:`Collector`, then hands it to the spec's *writer*, which runs the family's loop and
+decides what is written where: :class:`~unilab_gym.runtime.off_policy.ReplayWriter`
+(transitions into the shared replay) or :class:`~unilab_gym.runtime.on_policy.RolloutWriter`
+(rollouts into the shared rollout storage). A writer uses only the :class:`Collector` methods
+and attributes documented there, so another backend can run the same writer with its own.
 
 It reports to the learner through its own one-way pipe (``("episodes", returns, lengths)``
 messages, or ``("error", traceback)`` before it exits with code 1). It ignores SIGINT (the
@@ -15,6 +16,7 @@ learner decides when to stop) and exits when the learner sets ``stop`` or disapp
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -30,6 +32,9 @@ import numpy as np
 
 from unilab_gym.latency import LatencyHistogram, StepLatency
 from unilab_gym.runtime.control import (
+    BUDGET,
+    GRANTED,
+    LEARNING_STARTS,
     READY,
     STEP_LATENCY,
     TERMINATED,
@@ -39,7 +44,7 @@ from unilab_gym.runtime.control import (
     Control,
     ControlHandle,
 )
-from unilab_gym.runtime.weights import SharedWeights, WeightsHandle
+from unilab_gym.runtime.weights import SharedWeights, WeightsHandle, load_flat
 from unilab_gym.shm import Segment
 
 #: How long a collector sleeps between checks while it may not collect, in s.
@@ -47,7 +52,11 @@ IDLE_WAIT_S = 0.0005
 
 
 class Writer(Protocol):
-    """The family-specific part of a collector (picklable; runs in the collector process)."""
+    """The family-specific part of a collector: picklable, built by the learner loop, run in the collector.
+
+    ``run`` collects until :attr:`Collector.running` turns false, writing what the family's
+    learner reads (replay transitions, rollouts) and counting in :attr:`Collector.row`.
+    """
 
     #: autoreset mode the writer needs from the env (``"SameStep"``), or ``None`` for any.
     autoreset_mode: str | None
@@ -71,7 +80,7 @@ class CollectorSpec:
     env_seed: int
     seed: int
     policy: tuple[str, int]
-    writer: Any
+    writer: Writer
     env_id: str | None = None
     env_fn: Callable[[int], Any] | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -82,6 +91,8 @@ def make_vector_env(spec: CollectorSpec, autoreset_mode: str | None = None) -> A
     """The collector's gymnasium ``VectorEnv`` (with ``autoreset_mode`` if given and made from ``env_id``)."""
     if spec.env_fn is not None:
         return spec.env_fn(spec.num_envs)
+    if spec.env_id is None:
+        raise ValueError("a collector needs env_id or env_fn")
     import gymnasium as gym
 
     from unilab_gym.registration import register_envs
@@ -116,8 +127,12 @@ class Collector:
     :ivar spec: the :class:`CollectorSpec`.
     :ivar env: the gymnasium vector env (``num_envs`` envs), not yet reset.
     :ivar policy: the torch module on CPU, in eval mode, with the weights of :attr:`version`.
-    :ivar control: the shared counters; :attr:`row` is this collector's row.
+    :ivar row: this collector's counters (int64, fields of :mod:`unilab_gym.runtime.control`:
+        ``TRANSITIONS``, ``STEP_CALLS``, ``ROLLOUTS``, ... ), which it alone writes.
     :ivar version: weight version loaded into :attr:`policy` (0: none yet).
+
+    The learner's signals are read with :meth:`budget`, :meth:`learning_starts`, :meth:`granted`
+    and :meth:`total_transitions`.
 
     Metrics go to this collector's row of ``control.metrics``: the env's
     :class:`~unilab_gym.latency.StepLatency` (if the env keeps one, as ``UniLabVectorEnv`` does)
@@ -128,12 +143,13 @@ class Collector:
     def __init__(
         self, spec: CollectorSpec, env: Any, policy: Any, weights: SharedWeights, control: Control, conn: Connection
     ):
-        self.spec, self.env, self.policy, self.control, self.conn = spec, env, policy, control, conn
+        self.spec, self.env, self.policy, self.conn = spec, env, policy, conn
+        self._control = control
         self.row = control.rows[spec.index]
         self.version = 0
         self._weights = weights
         self._params = list(policy.state_dict().values())
-        self._flat = np.empty(sum(t.numel() for t in self._params), np.float32)
+        self._flat = np.empty(weights.size, np.float32)  # the policy's parameters first, then any tail
         self._ep_return = np.zeros(env.num_envs)
         self._ep_length = np.zeros(env.num_envs, np.int64)
         metrics = control.metrics[spec.index]
@@ -147,13 +163,29 @@ class Collector:
     @property
     def running(self) -> bool:
         """False once the learner set ``stop`` or exited."""
-        return not self.control.stopped and os.getppid() == self.spec.parent_pid
+        return not self._control.stopped and os.getppid() == self.spec.parent_pid
+
+    def budget(self) -> int:
+        """Off-policy: collectors together may write transitions while :meth:`total_transitions` is below this."""
+        return int(self._control.globals[BUDGET])
+
+    def learning_starts(self) -> int:
+        """Off-policy: collectors act uniformly at random while :meth:`total_transitions` is below this."""
+        return int(self._control.globals[LEARNING_STARTS])
+
+    def granted(self) -> int:
+        """On-policy: collectors may collect rollouts ``0 .. granted() - 1``."""
+        return int(self._control.globals[GRANTED])
+
+    def total_transitions(self) -> int:
+        """Transitions written by all collectors together."""
+        return self._control.total_transitions()
 
     def refresh(self) -> int:
         """Load the newest published weights into :attr:`policy` if they are newer; return :attr:`version`."""
         if self._weights.version > self.version:
             self.version = self._weights.read(self._flat)
-            _load(self._params, self._flat)
+            load_flat(self._params, self._flat)
             # a version published before this collector existed waited for its start-up, not for a sync
             since = max(self._weights.read_published_ns, self._ready_ns)
             self._weight_sync.observe((time.monotonic_ns() - since) / 1e3)
@@ -162,6 +194,7 @@ class Collector:
 
     @staticmethod
     def idle() -> None:
+        """Sleep a little: the writer may not collect now (no budget, no granted rollout, no weights)."""
         time.sleep(IDLE_WAIT_S)
 
     def track_episodes(
@@ -204,16 +237,12 @@ def collector_main(
         _run(spec, weights_handle, control_handle, conn, opened)
     except BaseException:
         code = 1
-        try:
+        with contextlib.suppress(OSError):
             conn.send(("error", traceback.format_exc()))
-        except OSError:
-            pass
     finally:
         for resource in reversed(opened):
-            try:
+            with contextlib.suppress(Exception):
                 resource.close()
-            except Exception:
-                pass
         # skip interpreter teardown (torch's takes ~1 s): every resource was released above
         sys.stdout.flush()
         sys.stderr.flush()
@@ -246,15 +275,3 @@ def _run(
     env = make_vector_env(spec, spec.writer.autoreset_mode)
     opened.append(env)
     spec.writer.run(Collector(spec, env, policy, weights, control, conn))
-
-
-def _load(params: list, flat: np.ndarray) -> None:
-    """Copy the flat float32 vector into the module's state tensors, in state_dict order."""
-    import torch
-
-    offset = 0
-    with torch.no_grad():
-        for t in params:
-            k = t.numel()
-            t.copy_(torch.from_numpy(flat[offset : offset + k]).view_as(t))
-            offset += k

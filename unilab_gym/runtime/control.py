@@ -1,8 +1,10 @@
-"""Shared counters between the learner and its collectors (one small int64 segment).
+"""Shared counters between the learner and its collector processes (one small int64 segment).
 
-The learner writes the global fields; collector ``c`` writes only its own row of counters
-and its own row of metrics. Every field is one aligned 8-byte value with a single writer, so
-no lock is needed.
+The :class:`~unilab_gym.runtime.process_pool.ProcessCollectorPool`'s table of
+:class:`~unilab_gym.runtime.pool.Counters` and its channel for the learner's signals. The
+learner writes the global fields (through the pool's ``set_budget``, ``grant_rollouts``, ...);
+collector ``c`` writes only its own row of counters and its own row of metrics. Every field is
+one aligned 8-byte value with a single writer, so no lock is needed.
 """
 
 from __future__ import annotations

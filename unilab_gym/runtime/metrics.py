@@ -2,12 +2,14 @@
 
 Where the figures come from:
 
-- collectors write counters (transitions, episodes, policy version) and latency histograms (the
-  env's step latency, physics vs task math; weight-sync latency) into their own rows of the
-  shared :class:`~unilab_gym.runtime.control.Control` segment;
-- the learner keeps its own timers (waiting for data, training, publishing weights), gradient
-  steps and collector faults in :class:`RunnerMetrics`, and updates the per-second rates at most
-  once per :data:`RATE_WINDOW_S` while ``learn()`` runs.
+- collectors count (transitions, episodes, policy version) and keep latency histograms (the
+  env's step latency, physics vs task math; weight-sync latency) in their own rows of the
+  pool's :attr:`~unilab_gym.runtime.pool.CollectorPool.counters`, which also holds the
+  published weight version and the collector faults and restarts;
+- the learner keeps its own timers (waiting for data, training, publishing weights) and
+  gradient steps in :class:`RunnerMetrics`, and updates the per-second rates at most once per
+  :data:`RATE_WINDOW_S` while ``learn()`` runs;
+- off-policy, the replay figures come from the :class:`ReplayInfo` the loop gives.
 
 Nothing here runs in a collector's step loop except the histograms' ``observe`` (a bisect and
 two adds). Reading is done by whoever asks: :meth:`RunnerMetrics.record` (SB3 logger, when the
@@ -25,17 +27,24 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from unilab_gym.latency import LatencyHistogram, StepLatency, mean_latency_us
-from unilab_gym.runtime.control import STEP_LATENCY, TERMINATED, TRANSITIONS, TRUNCATED, VERSION, WEIGHT_SYNC_LATENCY
+from unilab_gym.runtime.control import STEP_LATENCY, TERMINATED, TRANSITIONS, TRUNCATED, WEIGHT_SYNC_LATENCY
+
+if TYPE_CHECKING:
+    from unilab_gym.replay.storage import ReplayStorage
+    from unilab_gym.runtime.pool import CollectorPool
 
 #: Shortest window over which the per-second rates are computed, in s.
 RATE_WINDOW_S = 1.0
 #: Learner time phases (label ``phase`` of ``unilab_learner_seconds_total``).
 LEARNER_PHASES = ("wait_for_data", "train", "publish_weights")
+
+#: One metric's samples: ``[(label values, value or LatencyHistogram), ...]``.
+Samples = list[tuple[tuple[str, ...], Any]]
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,8 @@ METRICS: tuple[Metric, ...] = (
         "unilab_step_latency_microseconds",
         "histogram",
         "Wall-clock time of each vector-env step() in a collector, in microseconds: phase=physics (every "
-        "cluster's slice of substeps and reading the states back), phase=task (action checks, task math, infos, resets).",
+        "cluster's slice of substeps and reading the states back), phase=task (action checks, task math, "
+        "infos, resets).",
         ("collector", "phase"),
     ),
     Metric(
@@ -75,7 +85,8 @@ METRICS: tuple[Metric, ...] = (
         "unilab_policy_lag_versions",
         "gauge",
         "Policy lag of the data the learner last took in, in versions: off-policy, published version minus the "
-        "oldest version a running collector acts with; on-policy, learner version minus the last rollout's behaviour version.",
+        "oldest version a running collector acts with; on-policy, learner version minus the last rollout's "
+        "behaviour version.",
     ),
     Metric(
         "unilab_replay_size_transitions", "gauge", "Transitions held in the shared replay buffer.", off_policy_only=True
@@ -129,26 +140,36 @@ METRICS: tuple[Metric, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class ReplayInfo:
+    """What the replay metrics read (off-policy): the ring collectors write to, and the sample size.
+
+    :ivar storage: the ``ReplayStorage`` collectors commit transitions to.
+    :ivar batch_size: transitions sampled per gradient step.
+    """
+
+    storage: ReplayStorage
+    batch_size: int
+
+
 class RunnerMetrics:
     """The learner's view of the pipeline metrics (see the module docstring).
 
     Args:
-        control: the runner's :class:`~unilab_gym.runtime.control.Control`.
-        weights: the runner's :class:`~unilab_gym.runtime.weights.SharedWeights`.
-        replay: the ``ReplayStorage`` collectors write to (off-policy), or ``None``.
-        batch_size: transitions per gradient step (off-policy), for the sample rate.
+        pool: the runner's :class:`~unilab_gym.runtime.pool.CollectorPool` (counters, weight
+            version, faults and restarts are read from it).
+        replay: off-policy: the replay figures' source; ``None``: no replay metrics.
 
-    The learner-side counters are plain attributes the runner updates: :attr:`gradient_steps`,
-    :attr:`collector_errors`, :attr:`collector_restarts` and, through :meth:`learner_phase`,
-    :attr:`learner_seconds`.
+    The learner-side counters are plain attributes the loop updates: :attr:`gradient_steps`
+    and, through :meth:`learner_phase`, :attr:`learner_seconds`.
     """
 
-    def __init__(self, control: Any, weights: Any, replay: Any = None, batch_size: int = 0):
-        self._control, self._weights, self._replay, self._batch_size = control, weights, replay, batch_size
-        n = control.num_collectors
+    def __init__(self, pool: CollectorPool, replay: ReplayInfo | None = None):
+        self._pool = pool
+        self._replay = replay.storage if replay is not None else None
+        self._batch_size = replay.batch_size if replay is not None else 0
+        n = pool.num_collectors
         self.gradient_steps = 0
-        self.collector_errors = 0
-        self.collector_restarts = 0
         self.learner_seconds = dict.fromkeys(LEARNER_PHASES, 0.0)
         self.env_steps_per_second = np.zeros(n)
         self.replay_write_per_second = 0.0
@@ -161,6 +182,16 @@ class RunnerMetrics:
         self._lag_sum = self._lag_n = self._lag_max = 0
         self.last_policy_lag = 0
         self._logged = self._logger_state()
+
+    @property
+    def collector_errors(self) -> int:
+        """Collector faults so far: an exception raised in a collector, or a collector that died."""
+        return self._pool.faults
+
+    @property
+    def collector_restarts(self) -> int:
+        """Collectors restarted after a fault so far."""
+        return self._pool.restarts
 
     # ------------------------------------------------------------------ updates (learner thread)
     @contextmanager
@@ -196,21 +227,25 @@ class RunnerMetrics:
         self._rate_t, self._rate_prev = now, counts
 
     def _counts(self) -> tuple[np.ndarray, int, int]:
-        return self._control.rows[:, TRANSITIONS].astype(np.float64), self._committed(), self.gradient_steps
+        return self._pool.counters.rows[:, TRANSITIONS].astype(np.float64), self._committed(), self.gradient_steps
 
     def _replay_open(self) -> bool:
         return self._replay is not None and not self._replay.closed
 
     def _committed(self) -> int:
-        if not self._replay_open():
+        replay = self._replay
+        if replay is None or replay.closed:
             return 0
         try:
-            return int(self._replay.committed)
+            return int(replay.committed)
         except RuntimeError:  # ReplayClosedError: closed meanwhile
             return 0
 
     def begin(self) -> None:
-        """Start the rate window and the logger's interval now (``learn()`` calls it: idle time between calls is not averaged in)."""
+        """Start the rate window and the logger's interval now.
+
+        ``learn()`` calls it, so idle time between calls is not averaged in.
+        """
         self._rate_t, self._rate_prev = time.monotonic(), self._counts()
         self._logged = self._logger_state()
 
@@ -220,43 +255,38 @@ class RunnerMetrics:
             self._closed = True
 
     # ------------------------------------------------------------------ reading
-    def policy_lag(self) -> int:
-        """Published version minus the oldest version a collector acts with (0 if none acts yet).
-
-        Collectors that have not loaded weights yet (starting, restarted: version 0) do not act, so
-        they do not count; they load the newest version before their first step.
-        """
-        versions = self._control.rows[:, VERSION]
-        acting = versions[versions > 0]
-        return max(0, self._weights.version - int(acting.min())) if acting.size else 0
-
-    def samples(self) -> list[tuple[Metric, list[tuple[tuple[str, ...], Any]]]]:
+    def samples(self) -> list[tuple[Metric, Samples]]:
         """Every metric with its samples ``[(label values, value or LatencyHistogram), ...]``; empty once closed."""
         with self._lock:
             if self._closed:
                 return []
             return self._samples()
 
-    def _samples(self) -> list[tuple[Metric, list[tuple[tuple[str, ...], Any]]]]:
-        rows, hist = self._control.rows, self._control.metrics
-        collectors = range(self._control.num_collectors)
+    def _samples(self) -> list[tuple[Metric, Samples]]:
+        counters = self._pool.counters
+        rows, hist = counters.rows, counters.metrics
+        collectors = range(counters.num_collectors)
         step = [StepLatency(hist[c, STEP_LATENCY].copy()) for c in collectors]
-        values: dict[str, list[tuple[tuple[str, ...], Any]]] = {
+        values: dict[str, Samples] = {
             "unilab_env_steps_total": [((str(c),), float(rows[c, TRANSITIONS])) for c in collectors],
             "unilab_env_steps_per_second": [((str(c),), float(self.env_steps_per_second[c])) for c in collectors],
-            "unilab_step_latency_microseconds": [((str(c), "physics"), step[c].physics) for c in collectors]
-            + [((str(c), "task"), step[c].task) for c in collectors],
+            "unilab_step_latency_microseconds": [
+                *(((str(c), "physics"), step[c].physics) for c in collectors),
+                *(((str(c), "task"), step[c].task) for c in collectors),
+            ],
             "unilab_weight_sync_latency_microseconds": [
                 ((str(c),), LatencyHistogram(hist[c, WEIGHT_SYNC_LATENCY].copy())) for c in collectors
             ],
-            "unilab_policy_version": [((), float(self._weights.version))],
+            "unilab_policy_version": [((), float(self._pool.weight_version))],
             "unilab_policy_lag_versions": [((), float(self.last_policy_lag))],
             "unilab_gradient_steps_total": [((), float(self.gradient_steps))],
             "unilab_learner_seconds_total": [((phase,), seconds) for phase, seconds in self.learner_seconds.items()],
             "unilab_collector_restarts_total": [((), float(self.collector_restarts))],
             "unilab_collector_errors_total": [((), float(self.collector_errors))],
-            "unilab_episodes_total": [((str(c), "terminated"), float(rows[c, TERMINATED])) for c in collectors]
-            + [((str(c), "truncated"), float(rows[c, TRUNCATED])) for c in collectors],
+            "unilab_episodes_total": [
+                *(((str(c), "terminated"), float(rows[c, TERMINATED])) for c in collectors),
+                *(((str(c), "truncated"), float(rows[c, TRUNCATED])) for c in collectors),
+            ],
         }
         if self._replay_open():
             committed = self._committed()
@@ -273,18 +303,19 @@ class RunnerMetrics:
 
     def _replay_size(self, committed: int) -> int:
         """Transitions the ring holds: every committed one, up to its capacity."""
+        assert self._replay is not None
         return min(committed, self._replay.capacity)
 
     # ------------------------------------------------------------------ SB3 logger
     def _logger_state(self) -> dict[str, Any]:
-        hist = self._control.metrics
+        counters = self._pool.counters
         return {
             "t": time.monotonic(),
-            "hist": hist.copy(),
+            "hist": counters.metrics.copy(),
             "learner": dict(self.learner_seconds),
             "grad": self.gradient_steps,
-            "per_collector": self._control.rows[:, TRANSITIONS].astype(np.float64),
-            "transitions": float(self._control.rows[:, TRANSITIONS].sum()),
+            "per_collector": counters.rows[:, TRANSITIONS].astype(np.float64),
+            "transitions": float(counters.rows[:, TRANSITIONS].sum()),
             "committed": self._committed(),
         }
 
@@ -301,7 +332,7 @@ class RunnerMetrics:
         """
         prev, now = self._logged, self._logger_state()
         dt = max(now["t"] - prev["t"], 1e-9)
-        rows = self._control.rows
+        rows = self._pool.counters.rows
         rec = logger.record
         rec("unilab/env_steps", int(now["transitions"]))
         rec("unilab/env_steps_per_s", (now["transitions"] - prev["transitions"]) / dt)
@@ -317,9 +348,9 @@ class RunnerMetrics:
             mean = mean_latency_us(block)
             if mean is not None:
                 rec(f"unilab/{key}", mean)
-        rec("unilab/policy_version", self._weights.version)
+        rec("unilab/policy_version", self._pool.weight_version)
         if self._lag_n == 0:
-            self.observe_policy_lag(self.policy_lag())
+            self.observe_policy_lag(self._pool.policy_lag())
         rec("unilab/policy_lag_mean", self._lag_sum / self._lag_n)
         rec("unilab/policy_lag_max", self._lag_max)
         self._lag_sum = self._lag_n = self._lag_max = 0
@@ -364,7 +395,7 @@ class MetricsServer:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Exporter(metrics))
         try:
-            self._server, self._thread = start_http_server(port, addr=addr, registry=registry)
+            server, self._thread = start_http_server(port, addr=addr, registry=registry)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise OSError(
@@ -374,7 +405,8 @@ class MetricsServer:
                 ) from exc
             raise
         #: the bound port (the free one picked when asked for 0).
-        self.port: int = self._server.server_port
+        self._server: Any = server
+        self.port: int = server.server_port
         self.addr = addr
 
     @property
@@ -405,13 +437,14 @@ class _Exporter:
 
         for metric, samples in self._metrics.samples():
             if metric.kind == "histogram":
-                family = HistogramMetricFamily(metric.name, metric.help, labels=metric.labels)
+                histograms = HistogramMetricFamily(metric.name, metric.help, labels=metric.labels)
                 for labels, hist in samples:
                     buckets = [(floatToGoString(le), count) for le, count in hist.cumulative()]
-                    family.add_metric(list(labels), buckets, hist.sum)
+                    histograms.add_metric(list(labels), buckets, sum_value=hist.sum)
+                yield histograms
             else:
                 cls = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
                 family = cls(metric.name, metric.help, labels=metric.labels)
                 for labels, value in samples:
                     family.add_metric(list(labels), value)
-            yield family
+                yield family

@@ -24,12 +24,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from unilab_gym.runtime.collector import Collector, autoreset_mode_of
-from unilab_gym.runtime.control import BUDGET, LEARNING_STARTS, STEP_CALLS, TRANSITIONS
+from unilab_gym.runtime.control import STEP_CALLS, TRANSITIONS
+from unilab_gym.runtime.loop import LearnerLoop
+from unilab_gym.runtime.metrics import ReplayInfo
+from unilab_gym.validation import check_int, check_real
+
+if TYPE_CHECKING:
+    from unilab_gym.replay import ReplayHandle
+    from unilab_gym.runtime.metrics import RunnerMetrics
+    from unilab_gym.runtime.pool import CollectorPool
 
 #: Target duration of one ``model.train()`` call, in s: faults are checked between calls.
 TRAIN_CHUNK_S = 0.05
@@ -45,10 +53,10 @@ class ReplayWriter:
     SAME_STEP stores ``final_obs`` as the next obs of a finished episode.
     """
 
-    replay: Any  # ReplayHandle
+    replay: ReplayHandle
     algo: str
     action_noise: Any = None
-    autoreset_mode = None
+    autoreset_mode: str | None = None
 
     def run(self, c: Collector) -> None:
         import torch
@@ -56,7 +64,7 @@ class ReplayWriter:
 
         from unilab_gym.replay import ReplayStorage
 
-        env, actor, control, row = c.env, c.policy, c.control, c.row
+        env, actor, row = c.env, c.policy, c.row
         n = env.num_envs
         space = env.single_action_space
         low, high = space.low.astype(np.float64), space.high.astype(np.float64)
@@ -71,11 +79,11 @@ class ReplayWriter:
             restarting = np.zeros(n, bool)  # NEXT_STEP: envs whose next step is a reset step
             while c.running:
                 version = c.refresh()
-                total = control.total_transitions()
-                if total >= control.globals[BUDGET] or version == 0:
+                total = c.total_transitions()
+                if total >= c.budget() or version == 0:
                     c.idle()
                     continue
-                if total < control.globals[LEARNING_STARTS]:
+                if total < c.learning_starts():
                     scaled = rng.uniform(-1.0, 1.0, (n, low.size))
                 else:
                     with torch.no_grad():
@@ -109,7 +117,7 @@ class ReplayWriter:
             storage.close()
 
 
-class OffPolicyLoop:
+class OffPolicyLoop(LearnerLoop):
     """Learner side for SB3 ``SAC`` / ``TD3`` / ``DDPG`` (see the module docstring).
 
     Raises:
@@ -136,8 +144,12 @@ class OffPolicyLoop:
 
         if max_policy_lag is None:
             max_policy_lag = DEFAULT_MAX_POLICY_LAG
-        if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int) or max_policy_lag < 1:
-            raise ValueError(f"max_policy_lag must be an int >= 1 for off-policy models, got {max_policy_lag!r}")
+        try:
+            max_policy_lag = check_int("max_policy_lag", max_policy_lag, minimum=1)
+        except ValueError:
+            raise ValueError(
+                f"max_policy_lag must be an int >= 1 for off-policy models, got {max_policy_lag!r}"
+            ) from None
         if isinstance(model, SAC):
             self.algo = "sac"
         elif isinstance(model, TD3):  # DDPG is a TD3
@@ -162,41 +174,34 @@ class OffPolicyLoop:
         if replay_ratio is None:
             per_call = model.train_freq.frequency * model.n_envs
             replay_ratio = 1.0 if model.gradient_steps < 0 else model.gradient_steps / per_call
-        if not (math.isfinite(replay_ratio) and replay_ratio >= 0):
-            raise ValueError(f"replay_ratio must be a finite number >= 0, got {replay_ratio!r}")
-        self.model = model
-        self.policy = model.actor
-        self.replay_storage = model.replay_buffer.storage  # for the replay metrics
-        self.batch_size = int(model.batch_size)
+        super().__init__(model, model.actor)
+        #: gradient steps per transition collected.
+        self.replay_ratio = check_real("replay_ratio", replay_ratio, minimum=0.0)
         self.max_policy_lag = max_policy_lag
-        self.replay_ratio = float(replay_ratio)
         self.num_collectors, self.envs_per_collector = num_collectors, envs_per_collector
         # a saved model must load without unilab_gym: SB3 pickles replay_buffer_class
         model.replay_buffer_class = ReplayBuffer
         model.replay_buffer_kwargs = {}
 
-    def env_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        return kwargs
-
     def writer(self, index: int) -> ReplayWriter:
         return ReplayWriter(self.model.replay_buffer.handle, self.algo, getattr(self.model, "action_noise", None))
 
-    def close(self) -> None:
-        """Nothing to free: the replay belongs to the model."""
+    def replay_info(self) -> ReplayInfo:
+        """The model's replay (it belongs to the model: the loop frees nothing)."""
+        return ReplayInfo(self.model.replay_buffer.storage, int(self.model.batch_size))
 
-    def run(self, runner: Any, total: int, callback: Any, log_interval: int | None) -> None:
-        """Collect and train until ``total`` transitions (``model.num_timesteps``); return early if a callback says stop."""
-        model, control = self.model, runner._control
+    def _run(self, pool: CollectorPool, metrics: RunnerMetrics, total: int, callback: Any, log_interval: int) -> None:
+        """Collect and train until ``total`` transitions (``model.num_timesteps``); stop early if a callback says so."""
+        model = self.model
         start_steps = model.num_timesteps
-        base = control.total_transitions()
+        base = pool.counters.total_transitions()
         target = total - start_steps  # transitions to collect in this call
         starts = max(0, model.learning_starts - start_steps)
         lead = 2 * self.num_collectors * self.envs_per_collector
-        control.globals[LEARNING_STARTS] = base + starts
+        pool.set_learning_starts(base + starts)
         grad_steps = calls = 0
         grad_step_s = TRAIN_CHUNK_S  # running estimate of one gradient step's duration
         episodes_logged = model._episode_num
-        metrics = runner.metrics
 
         def set_budget() -> None:
             allowed = (
@@ -204,13 +209,13 @@ class OffPolicyLoop:
                 if self.replay_ratio == 0
                 else min(target, starts + math.ceil(grad_steps / self.replay_ratio) + lead)
             )
-            control.globals[BUDGET] = base + allowed
+            pool.set_budget(base + allowed)
 
         set_budget()
-        runner._start_collectors()
+        pool.start()
         while True:
-            runner._poll()
-            produced = control.total_transitions() - base
+            self.poll(pool, metrics)
+            produced = pool.counters.total_transitions() - base
             now_steps = start_steps + min(produced, target)
             # one on_step per model.n_envs transitions, num_timesteps rising as in SB3's own loop
             while (calls + 1) * model.n_envs <= now_steps - start_steps:
@@ -219,14 +224,14 @@ class OffPolicyLoop:
                 if not callback.on_step():
                     return
             model.num_timesteps = now_steps
-            metrics.observe_policy_lag(runner.policy_lag())
-            if log_interval is not None and model._episode_num // log_interval > episodes_logged // log_interval:
+            metrics.observe_policy_lag(pool.policy_lag())
+            if model._episode_num // log_interval > episodes_logged // log_interval:
                 episodes_logged = model._episode_num
                 metrics.record(model.logger)
                 (model.dump_logs if hasattr(model, "dump_logs") else model._dump_logs)()
             done = produced >= target
             if done:
-                control.globals[BUDGET] = control.total_transitions()  # pause collectors
+                pool.set_budget(pool.counters.total_transitions())  # pause collectors
             counted = min(produced, target)
             due = math.floor(max(0, counted - starts) * self.replay_ratio) - grad_steps if counted > starts else 0
             if due > 0:
@@ -241,10 +246,10 @@ class OffPolicyLoop:
                 grad_steps += k
                 metrics.gradient_steps += k
                 # never publish a version more than max_policy_lag ahead of a live collector
-                if runner.policy_lag() + 1 <= self.max_policy_lag:
-                    runner._publish()
+                if pool.policy_lag() + 1 <= self.max_policy_lag:
+                    self.publish(pool, metrics)
             if done:
                 return
             set_budget()
             if due <= 0:
-                runner._wait(0.001)
+                self.wait(pool, metrics, 0.001)

@@ -41,16 +41,23 @@ collectors finish it anyway and the next ``learn()`` starts with the rollout aft
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.type_aliases import RolloutBufferSamples
 
 from unilab_gym.runtime.collector import Collector, autoreset_mode_of
-from unilab_gym.runtime.control import GRANTED, ROLLOUTS, STEP_CALLS, TRANSITIONS
+from unilab_gym.runtime.control import ROLLOUTS, STEP_CALLS, TRANSITIONS
+from unilab_gym.runtime.loop import LearnerLoop
 from unilab_gym.runtime.rollout import SLOTS, RolloutHandle, RolloutStorage
+from unilab_gym.validation import check_int
+
+if TYPE_CHECKING:
+    from unilab_gym.runtime.metrics import RunnerMetrics
+    from unilab_gym.runtime.pool import CollectorPool
 
 
 @dataclass
@@ -60,12 +67,12 @@ class RolloutWriter:
     rollouts: RolloutHandle
     column: int
     gamma: float
-    autoreset_mode = "SameStep"
+    autoreset_mode: str | None = "SameStep"
 
     def run(self, c: Collector) -> None:
         import torch
 
-        env, policy, control, row = c.env, c.policy, c.control, c.row
+        env, policy, row = c.env, c.policy, c.row
         mode = autoreset_mode_of(env)
         if mode != "SameStep":
             raise ValueError(
@@ -97,7 +104,7 @@ class RolloutWriter:
             k = int(row[ROLLOUTS])  # a replacement collector redoes the rollout its predecessor left unfinished
             row[STEP_CALLS] = k * n_steps
             while c.running:
-                if k >= control.globals[GRANTED]:
+                if k >= c.granted():
                     c.refresh()  # load new weights while waiting: the rollout starts with them at once
                     c.idle()
                     continue
@@ -145,14 +152,14 @@ class RunnerRolloutBuffer(RolloutBuffer):
 
     between_batches: Callable[[], None] | None = None
 
-    def get(self, batch_size: int | None = None):  # type: ignore[no-untyped-def]
+    def get(self, batch_size: int | None = None) -> Generator[RolloutBufferSamples, None, None]:
         for batch in super().get(batch_size):
             if self.between_batches is not None:
                 self.between_batches()
             yield batch
 
 
-class OnPolicyLoop:
+class OnPolicyLoop(LearnerLoop):
     """Learner side for SB3 ``PPO`` / ``A2C`` (see the module docstring).
 
     Raises:
@@ -175,18 +182,21 @@ class OnPolicyLoop:
 
         if max_policy_lag is None:
             max_policy_lag = 0
-        if isinstance(max_policy_lag, bool) or max_policy_lag not in (0, 1):
+        try:
+            max_policy_lag = check_int("max_policy_lag", max_policy_lag, minimum=0, maximum=1)
+        except ValueError:
             raise ValueError(
                 f"max_policy_lag must be 0 (strictly on-policy) or 1 for on-policy models, got {max_policy_lag!r}"
-            )
+            ) from None
         if replay_ratio is not None:
             raise ValueError(f"replay_ratio is for off-policy models; {type(model).__name__} trains once per rollout")
         n_envs = num_collectors * envs_per_collector
         if model.n_envs != n_envs:
             raise ValueError(
-                f"the model's env has {model.n_envs} envs but the runner collects with num_collectors * envs_per_collector "
-                f"= {num_collectors} * {envs_per_collector} = {n_envs}; a rollout is n_steps x n_envs transitions, so build "
-                f"the model with an env of {n_envs} envs (e.g. make_sb3_env(env_id, {n_envs})) or change the counts"
+                f"the model's env has {model.n_envs} envs but the runner collects with num_collectors * "
+                f"envs_per_collector = {num_collectors} * {envs_per_collector} = {n_envs}; a rollout is n_steps x "
+                f"n_envs transitions, so build the model with an env of {n_envs} envs (e.g. make_sb3_env(env_id, "
+                f"{n_envs})) or change the counts"
             )
         if getattr(model, "use_sde", False):
             raise ValueError("AsyncRunner does not support gSDE exploration (use_sde=True)")
@@ -201,12 +211,8 @@ class OnPolicyLoop:
             raise ValueError(
                 f"AsyncRunner fills SB3's RolloutBuffer, the model has a {type(model.rollout_buffer).__name__}"
             )
-        self.model = model
-        self.policy = model.policy
-        self.replay_storage = None  # no replay: no replay metrics
-        self.batch_size = 0
+        super().__init__(model, model.policy)
         self.max_policy_lag = max_policy_lag
-        self.replay_ratio = None
         self.envs_per_collector = envs_per_collector
         self.storage = RolloutStorage.create(
             model.n_steps, n_envs, model.observation_space.shape, int(np.prod(model.action_space.shape)), num_collectors
@@ -243,62 +249,64 @@ class OnPolicyLoop:
             self.model.rollout_buffer = self._stock_buffer
         self.storage.close()
 
-    def _grant(self, control: Any, end: int) -> None:
+    def _grant(self, pool: CollectorPool, end: int) -> None:
         """Let collectors start every rollout up to ``next_rollout + max_policy_lag`` (and before ``end``)."""
-        control.globals[GRANTED] = max(
-            int(control.globals[GRANTED]), min(end, self.next_rollout + 1 + self.max_policy_lag)
-        )
+        pool.grant_rollouts(min(end, self.next_rollout + 1 + self.max_policy_lag))
 
-    def run(self, runner: Any, total: int, callback: Any, log_interval: int | None) -> None:
-        """Run rollouts and ``train()`` until ``model.num_timesteps >= total``; return early if a callback says stop."""
-        model, control = self.model, runner._control
+    def _run(self, pool: CollectorPool, metrics: RunnerMetrics, total: int, callback: Any, log_interval: int) -> None:
+        """Run rollouts and ``train()`` until ``model.num_timesteps >= total``; stop early if a callback says so."""
+        model = self.model
         if model.n_steps != self.storage.handle.n_steps:
             raise ValueError(
                 f"model.n_steps changed from {self.storage.handle.n_steps} to {model.n_steps}; create a new AsyncRunner"
             )
         rollouts = max(0, math.ceil((total - model.num_timesteps) / (model.n_steps * model.n_envs)))
         end = self.next_rollout + rollouts
-        runner._publish(only_if_changed=True)  # e.g. parameters loaded between learn() calls
-        self._grant(control, end)
-        runner._start_collectors()
+        self.publish(pool, metrics, only_if_changed=True)  # e.g. parameters loaded between learn() calls
+        self._grant(pool, end)
+        pool.start()
         iteration = 0
-        metrics = runner.metrics
 
         def between_batches() -> None:  # one minibatch = one gradient step
             metrics.gradient_steps += 1
-            runner._poll()
+            self.poll(pool, metrics)
 
         self._own_buffer.between_batches = between_batches
         try:
             for k in range(self.next_rollout, end):
-                if not self._await_rollout(runner, k, callback):
+                if not self._await_rollout(pool, metrics, k, callback):
                     self.next_rollout = k + 1  # as SB3 drops a rollout a callback stopped: never trained on
                     return
                 slot = k % SLOTS
                 self.storage.fill(model.rollout_buffer, slot)
                 self.next_rollout = k + 1
-                metrics.observe_policy_lag(runner._weights.version - int(self.storage.versions[slot].min()))
+                metrics.observe_policy_lag(pool.weight_version - int(self.storage.versions[slot].min()))
                 callback.on_rollout_end()
                 iteration += 1
                 model._update_current_progress_remaining(model.num_timesteps, total)
-                if log_interval is not None and iteration % log_interval == 0:
+                if iteration % log_interval == 0:
                     metrics.record(model.logger)
                     model.dump_logs(iteration)
                 with metrics.learner_phase("train"):
                     model.train()
-                runner._publish()
-                self._grant(control, end)
+                self.publish(pool, metrics)
+                self._grant(pool, end)
         finally:
             self._own_buffer.between_batches = None
 
-    def _await_rollout(self, runner: Any, k: int, callback: Any) -> bool:
-        """Wait for rollout ``k``, calling ``on_step`` once per env step of it as SB3 does; False if a callback stops."""
-        model, rows = self.model, runner._control.rows
+    def _await_rollout(self, pool: CollectorPool, metrics: RunnerMetrics, k: int, callback: Any) -> bool:
+        """Wait for rollout ``k``, calling ``on_step`` once per env step of it, as SB3 does.
+
+        Returns:
+            ``True`` once every collector finished rollout ``k``; ``False`` if a callback stopped training.
+        """
+        model = self.model
         first_step = k * model.n_steps
         calls = 0
         callback.on_rollout_start()
         while True:
-            runner._poll()
+            self.poll(pool, metrics)
+            rows = pool.counters.rows
             finished = int(rows[:, ROLLOUTS].min()) > k  # read before the step counts: they only grow
             reached = (
                 model.n_steps if finished else min(model.n_steps, max(0, int(rows[:, STEP_CALLS].min()) - first_step))
@@ -310,4 +318,4 @@ class OnPolicyLoop:
                     return False
             if finished:
                 return True
-            runner._wait(0.001)
+            self.wait(pool, metrics, 0.001)

@@ -139,11 +139,6 @@ class RolloutStorage:
     def handle(self) -> RolloutHandle:
         return self._handle
 
-    @property
-    def nbytes(self) -> int:
-        """Size of the segment in bytes."""
-        return self._segment.size
-
     def fill(self, buffer: Any, slot: int) -> None:
         """Copy slot ``slot`` into an SB3 ``RolloutBuffer`` and compute its returns and advantages.
 

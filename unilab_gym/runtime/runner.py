@@ -7,41 +7,35 @@
        ...      ─┘         ▲                                           ▼
                  └──────── versioned policy weights (shared memory) ◄──┘
 
-One runtime for both families of SB3 algorithms. This module owns what they share: the
-collector processes, the weights they act with (:class:`SharedWeights`), the shared counters
-(:class:`Control`), fault detection, ``close()`` and the ``learn()`` plumbing (callbacks,
-logger, progress bar). What differs is a *loop* (learner side) and the *writer* it gives each
-collector (collector side):
+One runtime for both families of SB3 algorithms. This module checks the arguments, picks the
+family's *loop* and builds the :class:`~unilab_gym.runtime.pool.CollectorPool` it runs against
+(today a :class:`~unilab_gym.runtime.process_pool.ProcessCollectorPool`), the pipeline metrics,
+and the ``learn()`` plumbing (callbacks, logger, progress bar) and ``close()``. A family is a
+loop (learner side) and the *writer* it gives each collector (collector side):
 
 - off-policy (SAC, TD3, DDPG): :mod:`unilab_gym.runtime.off_policy` — collectors write
   transitions into the model's ``SharedReplayBuffer``, the learner keeps SB3's replay ratio;
 - on-policy (PPO, A2C): :mod:`unilab_gym.runtime.on_policy` — collectors write whole
   rollouts into :class:`~unilab_gym.runtime.rollout.RolloutStorage`, the learner fills
   ``model.rollout_buffer`` and runs the stock ``train()``.
+
+:mod:`unilab_gym.runtime.pool` describes the seam between the loops and the collectors.
 """
 
 from __future__ import annotations
 
-import io
-import multiprocessing as mp
-import os
-import time
-import warnings
 from collections.abc import Callable
-from multiprocessing.connection import wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from unilab_gym.runtime.collector import CollectorSpec, collector_main
-from unilab_gym.runtime.control import READY, STOP, VERSION, Control
-from unilab_gym.runtime.errors import CollectorError
 from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics
-from unilab_gym.runtime.weights import SharedWeights
-from unilab_gym.shm import Segment
+from unilab_gym.runtime.pool import CollectorSetup
+from unilab_gym.runtime.process_pool import ProcessCollectorPool
+from unilab_gym.validation import check_int, check_positive_int
 
-#: Longest a learner waits for collectors to exit on close before terminating them, in s.
-JOIN_TIMEOUT_S = 3.0
+if TYPE_CHECKING:
+    from unilab_gym.runtime.loop import LearnerLoop
 
 
 class AsyncRunner:
@@ -116,84 +110,73 @@ class AsyncRunner:
         self._closed = True  # until fully constructed
         if (env_id is None) == (env_fn is None):
             raise ValueError("pass exactly one of env_id or env_fn")
-        for name, value in (("num_collectors", num_collectors), ("envs_per_collector", envs_per_collector)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if (
-            isinstance(max_collector_restarts, bool)
-            or not isinstance(max_collector_restarts, int)
-            or max_collector_restarts < 0
-        ):
-            raise ValueError(f"max_collector_restarts must be an int >= 0, got {max_collector_restarts!r}")
-        if metrics_port is not None and (
-            isinstance(metrics_port, bool) or not isinstance(metrics_port, int) or not 0 <= metrics_port <= 65535
-        ):
-            raise ValueError(f"metrics_port must be None or an int in [0, 65535], got {metrics_port!r}")
+        num_collectors = check_positive_int("num_collectors", num_collectors)
+        envs_per_collector = check_positive_int("envs_per_collector", envs_per_collector)
+        max_collector_restarts = check_int("max_collector_restarts", max_collector_restarts, minimum=0)
+        if metrics_port is not None:
+            metrics_port = check_int("metrics_port", metrics_port, minimum=0, maximum=65535)
         if not isinstance(metrics_addr, str) or not metrics_addr:
             raise ValueError(f"metrics_addr must be a host name or IP address, got {metrics_addr!r}")
-        if isinstance(model, OnPolicyAlgorithm):
-            family = OnPolicyLoop
-        elif isinstance(model, OffPolicyAlgorithm):
-            family = OffPolicyLoop
-        else:
+        if not isinstance(model, (OnPolicyAlgorithm, OffPolicyAlgorithm)):
             raise ValueError(f"AsyncRunner drives SB3 SAC, TD3, DDPG, PPO or A2C models, got {type(model).__name__}")
         if model.get_vec_normalize_env() is not None:
             raise ValueError(
                 "the model's env is wrapped in VecNormalize, which collectors do not apply: their observations and "
                 "rewards would not be normalized; train without VecNormalize (or normalize inside the env)"
             )
-        self._loop = family(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
+        loop: LearnerLoop
+        if isinstance(model, OnPolicyAlgorithm):
+            loop = OnPolicyLoop(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
+            #: off-policy: gradient steps per transition; ``None`` on-policy.
+            self.replay_ratio: float | None = None
+        else:
+            loop = OffPolicyLoop(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
+            self.replay_ratio = loop.replay_ratio
+        self._loop = loop
         try:
-            self._env_kwargs = self._loop.env_kwargs(dict(env_kwargs or {}))
+            collector_env_kwargs = loop.env_kwargs(dict(env_kwargs or {}))
+            if seed is None:
+                seed = model.seed if model.seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
+            setup = CollectorSetup(
+                num_collectors=num_collectors,
+                envs_per_collector=envs_per_collector,
+                seed=int(seed),
+                policy=loop.policy,
+                weights_size=loop.weights_size,
+                writers=tuple(loop.writer(c) for c in range(num_collectors)),
+                env_id=env_id,
+                env_fn=env_fn,
+                env_kwargs=collector_env_kwargs,
+                max_restarts=max_collector_restarts,
+            )
+            self._pool = ProcessCollectorPool(setup, start_method)
         except BaseException:
-            self._loop.close()
+            loop.close()
+            raise
+        self._metrics_server: MetricsServer | None = None
+        try:
+            #: the pipeline metrics (:class:`~unilab_gym.runtime.metrics.RunnerMetrics`).
+            self.metrics = RunnerMetrics(self._pool, loop.replay_info())
+            if metrics_port is not None:
+                self._metrics_server = MetricsServer(self.metrics, metrics_port, metrics_addr)
+        except BaseException:
+            self._pool.close()
+            loop.close()
             raise
         self.model = model
         self.num_collectors = num_collectors
         self.envs_per_collector = envs_per_collector
-        self.max_policy_lag: int = self._loop.max_policy_lag
-        #: off-policy: gradient steps per transition; ``None`` on-policy.
-        self.replay_ratio: float | None = self._loop.replay_ratio
-        self._env_id, self._env_fn = env_id, env_fn
-        if seed is None:
-            seed = model.seed if model.seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
-        self.seed = int(seed)
-        self._ctx = mp.get_context(start_method)
-
-        self._policy = self._loop.policy
-        self._tensors = list(self._policy.state_dict().values())
-        size = sum(t.numel() for t in self._tensors)
-        self._flat = np.empty(size, np.float32)
-        self._published = np.full(size, np.nan, np.float32)
+        self.max_policy_lag: int = loop.max_policy_lag
+        self.seed = setup.seed
         self.max_collector_restarts = max_collector_restarts
-        self._restarts = [0] * num_collectors  # per collector: how many times it was replaced
-        self._weights: SharedWeights | None = None
-        self._control: Control | None = None
-        self._metrics_server: MetricsServer | None = None
-        self._policy_segment: Segment | None = None
-        try:
-            self._weights = SharedWeights(size)
-            self._control = Control(num_collectors)
-            #: the pipeline metrics (:class:`~unilab_gym.runtime.metrics.RunnerMetrics`).
-            self.metrics = RunnerMetrics(self._control, self._weights, self._loop.replay_storage, self._loop.batch_size)
-            if metrics_port is not None:
-                self._metrics_server = MetricsServer(self.metrics, metrics_port, metrics_addr)
-        except BaseException:
-            for resource in (self._control, self._weights, self._loop):
-                if resource is not None:
-                    resource.close()
-            raise
-        self._procs: list[Any] = []
-        self._conns: list[Any] = []
-        self._t0 = time.monotonic()
         self._closed = False
-        self._publish()
+        loop.publish(self._pool, self.metrics)
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> AsyncRunner:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -211,16 +194,20 @@ class AsyncRunner:
 
     @property
     def collector_pids(self) -> list[int]:
-        """Process ids of the running collectors (empty before the first :meth:`learn`)."""
-        return [p.pid for p in self._procs]
+        """Process ids of the running collectors (empty before the first :meth:`learn`, and once closed)."""
+        return [s.pid for s in self._pool.status() if s.pid is not None]
+
+    def policy_lag(self) -> int:
+        """Current policy lag: published version minus the oldest version a running collector acts with."""
+        return self._pool.policy_lag()
 
     def close(self) -> None:
         """Stop and join every collector, then free the runner's shared memory. Idempotent.
 
-        Collectors in their loop get ``JOIN_TIMEOUT_S`` to exit, then SIGTERM, then SIGKILL;
-        collectors still starting (imports, env construction) get SIGTERM at once. The metrics
-        port is released. The model (and its replay buffer) stays usable; an on-policy model
-        gets its own rollout buffer back.
+        Collectors in their loop get ``JOIN_TIMEOUT_S`` (:mod:`~unilab_gym.runtime.process_pool`)
+        to exit, then SIGTERM, then SIGKILL; collectors still starting (imports, env
+        construction) get SIGTERM at once. The metrics port is released. The model (and its
+        replay buffer) stays usable; an on-policy model gets its own rollout buffer back.
         """
         if self._closed:
             return
@@ -229,192 +216,8 @@ class AsyncRunner:
             self._metrics_server.close()
             self._metrics_server = None
         self.metrics.close()
-        self._control.globals[STOP] = 1
-        for proc, ready in zip(self._procs, self._control.rows[:, READY]):
-            if not ready:  # still importing or building its env: nothing to finish, do not wait for it
-                proc.terminate()
-        deadline = time.monotonic() + JOIN_TIMEOUT_S
-        for proc in self._procs:
-            proc.join(max(0.0, deadline - time.monotonic()))
-        for proc in self._procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(1.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(1.0)
-        for conn in self._conns:
-            conn.close()
-        self._procs, self._conns = [], []
-        if self._policy_segment is not None:
-            self._policy_segment.close()
-            self._policy_segment = None
-        self._control.close()
-        self._weights.close()
+        self._pool.close()
         self._loop.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this AsyncRunner is closed; create a new one")
-
-    def _start_collectors(self) -> None:
-        """Spawn the collectors (once; later calls do nothing)."""
-        if self._procs:
-            return
-        import copy
-
-        import torch
-
-        # the policy module goes through shared memory, not the spawn payload: a large payload
-        # blocks Process.start() until the child reads it, forever if the child fails while bootstrapping
-        buffer = io.BytesIO()
-        torch.save(copy.deepcopy(self._policy).to("cpu"), buffer)
-        payload = buffer.getbuffer()
-        self._policy_segment = Segment.create(payload.nbytes)
-        self._policy_segment.buf[: payload.nbytes] = payload
-        self._policy_bytes = payload.nbytes
-        for c in range(self.num_collectors):
-            proc, conn = self._spawn(c)
-            self._procs.append(proc)
-            self._conns.append(conn)
-
-    def _spawn(self, c: int) -> tuple[Any, Any]:
-        """Start collector ``c`` (its ``k``-th replacement gets env and torch seeds shifted by ``k * num_collectors`` collectors)."""
-        shift = self._restarts[c] * self.num_collectors
-        spec = CollectorSpec(
-            index=c,
-            num_envs=self.envs_per_collector,
-            env_seed=self.seed + (c + shift) * self.envs_per_collector,
-            seed=self.seed + c + shift,
-            policy=(self._policy_segment.name, self._policy_bytes),
-            writer=self._loop.writer(c),
-            env_id=self._env_id,
-            env_fn=self._env_fn,
-            env_kwargs=self._env_kwargs,
-            parent_pid=os.getpid(),
-        )
-        reader, writer = self._ctx.Pipe(duplex=False)
-        proc = self._ctx.Process(
-            target=collector_main,
-            args=(spec, self._weights.handle, self._control.handle, writer),
-            name=f"unilab-collector-{c}",
-            daemon=True,
-        )
-        proc.start()
-        writer.close()
-        return proc, reader
-
-    # ------------------------------------------------------------------ weights
-    def _publish(self, only_if_changed: bool = False) -> int:
-        """Publish the policy's weights as a new version (unless unchanged and ``only_if_changed``); return the version."""
-        with self.metrics.learner_phase("publish_weights"):
-            return self._publish_now(only_if_changed)
-
-    def _publish_now(self, only_if_changed: bool) -> int:
-        offset = 0
-        for t in self._tensors:
-            k = t.numel()
-            self._flat[offset : offset + k] = t.detach().reshape(-1).cpu().numpy()
-            offset += k
-        if only_if_changed and np.array_equal(self._flat, self._published):
-            return self._weights.version
-        self._published[:] = self._flat
-        return self._weights.publish(self._flat)
-
-    def policy_lag(self) -> int:
-        """Current policy lag: published version minus the oldest version a running collector acts with."""
-        return self.metrics.policy_lag()
-
-    # ------------------------------------------------------------------ faults and messages
-    def _wait(self, timeout: float) -> None:
-        """Sleep until a collector sends a message or exits, at most ``timeout`` s (learner time: waiting for data)."""
-        with self.metrics.learner_phase("wait_for_data"):
-            wait(self._conns + [p.sentinel for p in self._procs], timeout=timeout)
-
-    def _poll(self) -> None:
-        """Drain collector messages (episode stats go to ``model.ep_info_buffer``); handle failed or dead collectors.
-
-        A fault is counted in ``metrics.collector_errors``; while ``max_collector_restarts``
-        allows, the collector is replaced (with a warning), otherwise the fault is raised.
-
-        Raises:
-            CollectorError: a collector sent its traceback, or exited, and no restart is left.
-        """
-        self.metrics.tick()
-        ready = wait(self._conns + [p.sentinel for p in self._procs], timeout=0)
-        if not ready:
-            return
-        for c, (conn, proc) in enumerate(zip(self._conns, self._procs)):
-            fault: CollectorError | None = None
-            if conn in ready:
-                while conn.poll():
-                    try:
-                        kind, *payload = conn.recv()
-                    except (EOFError, OSError):
-                        break
-                    if kind == "error":
-                        fault = CollectorError(
-                            f"collector {c} (pid {proc.pid}) raised an exception",
-                            collector=c,
-                            pid=proc.pid,
-                            exitcode=proc.exitcode,
-                            traceback=payload[0],
-                        )
-                        break
-                    self._on_episodes(*payload)
-            if fault is None and (proc.sentinel in ready or not proc.is_alive()):
-                proc.join(0.1)
-                fault = self._death(c, proc)
-            if fault is not None:
-                self.metrics.collector_errors += 1
-                if self.metrics.collector_restarts >= self.max_collector_restarts:
-                    raise fault
-                self._restart(c, fault)
-
-    def _death(self, c: int, proc: Any) -> CollectorError:
-        """The error for collector ``c``, which exited without reporting an exception."""
-        code = proc.exitcode
-        signalled = code is not None and code < 0
-        message = f"collector {c} (pid {proc.pid}) " + (
-            "died unexpectedly" if self._control.rows[c, READY] else "exited while starting"
-        )
-        message += f" with exit code {code}" + (f" (killed by signal {-code})" if signalled else "")
-        if not self._control.rows[c, READY] and not signalled:
-            message += (
-                ", before it could report an error (its traceback is on stderr above). Usual causes: the script creates "
-                'the AsyncRunner outside `if __name__ == "__main__":`, or env_fn is not importable by the spawned '
-                "process (define it at module level); collectors are spawned processes that import the script"
-            )
-        return CollectorError(message, collector=c, pid=proc.pid, exitcode=code, traceback=None)
-
-    def _restart(self, c: int, fault: CollectorError) -> None:
-        """Replace collector ``c`` after ``fault``: stop what is left of it, start a new one in its row."""
-        proc = self._procs[c]
-        proc.join(JOIN_TIMEOUT_S)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(1.0)
-        self._conns[c].close()
-        self.metrics.collector_restarts += 1
-        self._restarts[c] += 1
-        head = str(fault).split("\n\n--- collector")[0]
-        if fault.traceback:
-            head += ": " + fault.traceback.strip().splitlines()[-1]
-        warnings.warn(
-            f"{head}; restarting it ({self.metrics.collector_restarts} of max_collector_restarts="
-            f"{self.max_collector_restarts})",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        self._control.rows[c, READY] = 0
-        self._control.rows[c, VERSION] = 0
-        self._procs[c], self._conns[c] = self._spawn(c)
-
-    def _on_episodes(self, returns: list[float], lengths: list[int]) -> None:
-        model = self.model
-        for r, l in zip(returns, lengths):
-            model.ep_info_buffer.append({"r": r, "l": l, "t": round(time.monotonic() - self._t0, 6)})
-        model._episode_num += len(returns)
 
     # ------------------------------------------------------------------ training
     def learn(
@@ -441,7 +244,8 @@ class AsyncRunner:
                 Collectors are stopped before any exception leaves ``learn``.
             RuntimeError: the runner is closed.
         """
-        self._check_open()
+        if self._closed:
+            raise RuntimeError("this AsyncRunner is closed; create a new one")
         model = self.model
         if log_interval is None:
             log_interval = self._loop.default_log_interval
@@ -450,9 +254,8 @@ class AsyncRunner:
                 total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
             )
             callback.on_training_start(locals(), globals())
-            self._t0 = time.monotonic()
             self.metrics.begin()
-            self._loop.run(self, total, callback, log_interval)
+            self._loop.run(self._pool, self.metrics, total, callback, log_interval)
             callback.on_training_end()
         except BaseException:
             self.close()

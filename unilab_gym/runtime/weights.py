@@ -1,4 +1,13 @@
-"""Versioned policy weights in shared memory: the learner publishes, collectors read, no torn reads.
+"""Policy weights as one flat float32 vector, and :class:`SharedWeights`: versioned in shared memory.
+
+**The vector** starts with every tensor of the policy's ``state_dict()``, in that order,
+flattened and concatenated as float32 (:func:`flatten_into` on the learner, :func:`load_flat`
+in a collector, which reads that prefix). It is what a
+:class:`~unilab_gym.runtime.pool.CollectorPool` publishes, one version at a time; what must
+change with the weights under the same version (e.g. observation statistics) goes after the
+parameters.
+
+**SharedWeights** holds it in shared memory: the learner publishes, collectors read, no torn reads.
 
 Segment layout::
 
@@ -24,16 +33,49 @@ loads as seen from Python, because every access is a separate numpy call.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from unilab_gym.shm import Segment
+from unilab_gym.validation import check_positive_int
 
 _VERSION, _SIZE, _SEQ0, _TIME0 = 0, 1, 2, 4
 _HEADER_INTS = 8
 _HEADER_BYTES = 8 * _HEADER_INTS
 MAX_READ_RETRIES = 10_000
+
+
+def vector_size(tensors: Sequence[Any]) -> int:
+    """Float32 values of the vector of ``tensors`` (e.g. ``list(module.state_dict().values())``)."""
+    return sum(int(t.numel()) for t in tensors)
+
+
+def flatten_into(tensors: Sequence[Any], out: np.ndarray) -> np.ndarray:
+    """Copy ``tensors`` (torch tensors, any device) into ``out`` ((vector_size,) float32), in order; return ``out``."""
+    offset = 0
+    for t in tensors:
+        k = int(t.numel())
+        out[offset : offset + k] = t.detach().reshape(-1).cpu().numpy()
+        offset += k
+    return out
+
+
+def load_flat(tensors: Sequence[Any], flat: np.ndarray) -> None:
+    """Copy the start of the vector ``flat`` back into ``tensors`` (in place, in order).
+
+    The inverse of :func:`flatten_into`; values after the tensors' total size are left to the caller.
+    """
+    import torch
+
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            k = int(t.numel())
+            t.copy_(torch.from_numpy(flat[offset : offset + k]).view_as(t))
+            offset += k
 
 
 @dataclass(frozen=True)
@@ -56,8 +98,7 @@ class SharedWeights:
 
     def __init__(self, size: int, _segment: Segment | None = None):
         if _segment is None:
-            if size < 1:
-                raise ValueError(f"size must be >= 1, got {size}")
+            size = check_positive_int("size", size)
             _segment = Segment.create(_HEADER_BYTES + 2 * 4 * size)
         self._segment = _segment
         self._header = np.frombuffer(_segment.buf, np.int64, _HEADER_INTS)

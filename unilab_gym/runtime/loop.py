@@ -1,0 +1,109 @@
+"""What the off-policy and on-policy learner loops share: :class:`LearnerLoop`.
+
+A loop is built from the model (and checks it), gives each collector its *writer*, and runs
+``learn()``'s body against a :class:`~unilab_gym.runtime.pool.CollectorPool`, never against the
+runner: it publishes the policy's weights, polls the pool for faults and finished episodes
+(which go to ``model.ep_info_buffer`` as SB3's own loop puts them), and waits for data.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from unilab_gym.runtime.weights import flatten_into, vector_size
+
+if TYPE_CHECKING:
+    from unilab_gym.runtime.collector import Writer
+    from unilab_gym.runtime.metrics import ReplayInfo, RunnerMetrics
+    from unilab_gym.runtime.pool import CollectorPool, Reports
+
+
+class LearnerLoop(ABC):
+    """Learner side of one algorithm family (see the module docstring).
+
+    Args:
+        model: the SB3 model.
+        policy: the torch module collectors run (its ``state_dict`` is the published weight vector).
+
+    :ivar max_policy_lag: most weight versions a collector may act behind the learner.
+    :ivar default_log_interval: ``learn()``'s ``log_interval`` when ``None`` is passed.
+    """
+
+    default_log_interval: int
+    max_policy_lag: int
+
+    def __init__(self, model: Any, policy: Any):
+        self.model = model
+        self.policy = policy
+        self._params = list(policy.state_dict().values())
+        #: float32 values of the published weight vector.
+        self.weights_size = vector_size(self._params)
+        self._flat = np.empty(self.weights_size, np.float32)
+        self._published = np.full(self.weights_size, np.nan, np.float32)
+        self._t0 = time.monotonic()
+
+    # ------------------------------------------------------------------ collector side
+    @abstractmethod
+    def writer(self, index: int) -> Writer:
+        """The writer collector ``index`` runs (picklable)."""
+
+    def env_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The collectors' ``gym.make_vec`` kwargs for ``env_id``, given the user's (``ValueError`` if unusable)."""
+        return kwargs
+
+    def replay_info(self) -> ReplayInfo | None:
+        """What the replay metrics read, or ``None`` (no replay)."""
+        return None
+
+    # ------------------------------------------------------------------ learner side
+    def run(self, pool: CollectorPool, metrics: RunnerMetrics, total: int, callback: Any, log_interval: int) -> None:
+        """Collect and train until ``model.num_timesteps`` reaches ``total``; return early if a callback says stop."""
+        self._t0 = time.monotonic()
+        self._run(pool, metrics, total, callback, log_interval)
+
+    @abstractmethod
+    def _run(self, pool: CollectorPool, metrics: RunnerMetrics, total: int, callback: Any, log_interval: int) -> None:
+        """The family's ``learn()`` body (the collectors may not have started yet: call ``pool.start()``)."""
+
+    def close(self) -> None:  # noqa: B027 - optional: a loop that owns nothing has nothing to free
+        """Free what the loop owns. Idempotent."""
+
+    def publish(self, pool: CollectorPool, metrics: RunnerMetrics, *, only_if_changed: bool = False) -> int:
+        """Publish the policy's weights as the next version; return it.
+
+        With ``only_if_changed``, weights equal to the last published ones are not published again
+        (the current version is returned).
+        """
+        with metrics.learner_phase("publish_weights"):
+            flatten_into(self._params, self._flat)
+            if only_if_changed and np.array_equal(self._flat, self._published):
+                return pool.weight_version
+            self._published[:] = self._flat
+            return pool.publish_weights(self._flat)
+
+    def poll(self, pool: CollectorPool, metrics: RunnerMetrics) -> None:
+        """Update the metrics' rates, take in the pool's news; finished episodes go to ``model.ep_info_buffer``.
+
+        Raises:
+            CollectorError: a collector failed and no restart is left.
+        """
+        metrics.tick()
+        reports = pool.poll()
+        if reports.episode_returns:
+            self._record_episodes(reports)
+
+    def wait(self, pool: CollectorPool, metrics: RunnerMetrics, timeout: float) -> None:
+        """Wait for a collector's news, at most ``timeout`` s (counted as learner time waiting for data)."""
+        with metrics.learner_phase("wait_for_data"):
+            pool.wait(timeout)
+
+    def _record_episodes(self, reports: Reports) -> None:
+        model = self.model
+        t = round(time.monotonic() - self._t0, 6)
+        for ep_return, ep_length in zip(reports.episode_returns, reports.episode_lengths):
+            model.ep_info_buffer.append({"r": ep_return, "l": ep_length, "t": t})
+        model._episode_num += len(reports.episode_returns)

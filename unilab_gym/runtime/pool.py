@@ -1,0 +1,242 @@
+"""The seam between the learner loops and the collectors: the :class:`CollectorPool` interface.
+
+Who owns what in :mod:`unilab_gym.runtime`::
+
+    runner.py       AsyncRunner: checks the arguments, picks the family's loop, builds the pool
+                    and the metrics, hands the pool to the loop; learn() / close() plumbing
+    loop.py         LearnerLoop: what both loops share (publish weights, poll, wait, episodes)
+    off_policy.py   OffPolicyLoop (learner side) + ReplayWriter (collector side)  SAC, TD3, DDPG
+    on_policy.py    OnPolicyLoop (learner side) + RolloutWriter (collector side)  PPO, A2C
+    pool.py         this seam: CollectorPool, CollectorSetup, Counters, CollectorStatus
+    process_pool.py ProcessCollectorPool, the first implementation: spawned processes
+    collector.py    the collector side of the process pool (Collector, collector_main)
+    control.py      counters and learner signals in shared memory (the process pool's Counters)
+    weights.py      the weight vector format and SharedWeights (versioned, in shared memory)
+    rollout.py      RolloutStorage, the shared rollout slots of the on-policy family
+    metrics.py      RunnerMetrics (reads the counters through the pool), the Prometheus server
+    errors.py       CollectorError, what poll() raises for a collector fault
+
+The loops talk to collectors only through :class:`CollectorPool`: :meth:`~CollectorPool.start`,
+:meth:`~CollectorPool.poll` (faults, :class:`Reports` such as finished episodes), :meth:`~CollectorPool.wait`,
+:meth:`~CollectorPool.publish_weights` (one flat float32 vector per version),
+:attr:`~CollectorPool.counters`, and the learner signals (transition budget, ``learning_starts``,
+granted rollouts). What a collector *does* with its env is the family's *writer*, a picklable
+object the pool ships to each collector and runs there (:class:`~unilab_gym.runtime.collector.Writer`).
+
+A second backend (e.g. Ray actors) implements the same class: it keeps a learner-side
+:class:`Counters` table that it updates from what collectors report, ingests the batches or
+rollout blocks they ship in :meth:`~CollectorPool.poll` into the same replay / rollout storage
+(whose handles the writers carry), and ships the weight vector it is given, which may carry
+more than the policy's parameters (e.g. observation-normalization statistics) under the same
+version. Hyperparameters stay with the loops, which apply them between iterations; the pool
+owns none.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from unilab_gym.runtime.control import VERSION
+
+if TYPE_CHECKING:
+    from unilab_gym.runtime.collector import Writer
+
+
+class Counters(Protocol):
+    """The collectors' counters as the learner reads them (:class:`~unilab_gym.runtime.control.Control` is one).
+
+    :ivar num_collectors: rows of the table.
+    :ivar rows: int64 ``(num_collectors, ...)``: collector ``c``'s counters, fields as in
+        :mod:`unilab_gym.runtime.control` (``TRANSITIONS``, ``VERSION``, ``TERMINATED``,
+        ``TRUNCATED``, ``STEP_CALLS``, ``ROLLOUTS``, ``READY``).
+    :ivar metrics: float64 ``(num_collectors, ...)``: collector ``c``'s latency histograms
+        (``STEP_LATENCY``, ``WEIGHT_SYNC_LATENCY`` of :mod:`unilab_gym.runtime.control`).
+    """
+
+    num_collectors: int
+    rows: np.ndarray
+    metrics: np.ndarray
+
+    def total_transitions(self) -> int:
+        """Transitions written by all collectors together."""
+        ...
+
+
+@dataclass
+class Reports:
+    """What the collectors reported since the last :meth:`CollectorPool.poll`.
+
+    A dataclass, so that a later kind of report (e.g. observation statistics) is one more field
+    and loops that do not use it stay as they are.
+
+    :ivar episode_returns: returns of the episodes that finished, in the order reported.
+    :ivar episode_lengths: their lengths.
+    """
+
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CollectorStatus:
+    """One collector as :meth:`CollectorPool.status` reports it.
+
+    :ivar index: its index (env ``j`` of it is env ``index * envs_per_collector + j`` of the run).
+    :ivar node_id: where it runs (the host name for processes).
+    :ivar pid: its process id (``None`` before it started).
+    :ivar env_steps: transitions it wrote.
+    :ivar weight_version: the weight version it acts with (0: none loaded yet).
+    :ivar restarts: how many times it was replaced after a fault.
+    """
+
+    index: int
+    node_id: str
+    pid: int | None
+    env_steps: int
+    weight_version: int
+    restarts: int
+
+
+@dataclass(frozen=True)
+class CollectorSetup:
+    """What any pool needs to make its collectors.
+
+    Collector ``c`` makes its env with ``gym.make_vec(env_id, num_envs=envs_per_collector,
+    **env_kwargs)`` or ``env_fn(envs_per_collector)``, resets it with seed
+    ``seed + c * envs_per_collector`` (env ``j`` of all collectors gets ``seed + j``), seeds
+    torch and numpy with ``seed + c``, loads a CPU copy of ``policy`` and runs ``writers[c]``.
+    Its ``k``-th replacement shifts both seeds by ``k * num_collectors`` collectors.
+
+    :ivar num_collectors: collectors in the pool.
+    :ivar envs_per_collector: envs of each collector.
+    :ivar seed: base seed (above).
+    :ivar policy: the torch module collectors run; copied when the pool starts, its weights then
+        follow :meth:`CollectorPool.publish_weights`.
+    :ivar weights_size: float32 values of one published weight vector.
+    :ivar writers: the family's collector part for each collector (picklable).
+    :ivar env_id: a registered gymnasium id, or ``None`` with ``env_fn``.
+    :ivar env_fn: a picklable ``env_fn(num_envs) -> VectorEnv``, or ``None`` with ``env_id``.
+    :ivar env_kwargs: keyword arguments for ``gym.make_vec``.
+    :ivar max_restarts: faults the pool survives over its life by replacing the collector.
+    """
+
+    num_collectors: int
+    envs_per_collector: int
+    seed: int
+    policy: Any
+    weights_size: int
+    writers: tuple[Writer, ...]
+    env_id: str | None = None
+    env_fn: Callable[[int], Any] | None = None
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    max_restarts: int = 0
+
+    def env_seed(self, index: int, restarts: int) -> int:
+        """Env seed of collector ``index`` after ``restarts`` replacements."""
+        return self.seed + (index + restarts * self.num_collectors) * self.envs_per_collector
+
+    def torch_seed(self, index: int, restarts: int) -> int:
+        """Torch / numpy seed of collector ``index`` after ``restarts`` replacements."""
+        return self.seed + index + restarts * self.num_collectors
+
+
+class CollectorPool(ABC):
+    """The collectors of one runner, as its learner loop sees them.
+
+    Created with a :class:`CollectorSetup`; nothing runs until :meth:`start`. Every method is
+    called from the learner's thread, except :attr:`counters`, :attr:`weight_version`,
+    :attr:`faults` and :attr:`restarts`, which the metrics server also reads from its thread.
+    """
+
+    setup: CollectorSetup
+
+    @property
+    def num_collectors(self) -> int:
+        return self.setup.num_collectors
+
+    # ------------------------------------------------------------------ lifecycle
+    @abstractmethod
+    def start(self) -> None:
+        """Start the collectors (once; later calls do nothing)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop every collector and free what the pool holds. Idempotent."""
+
+    # ------------------------------------------------------------------ weights
+    @abstractmethod
+    def publish_weights(self, weights: np.ndarray) -> int:
+        """Publish ``weights`` ((setup.weights_size,) float32) as the next version; return that version.
+
+        Collectors load the newest version before their next step; a collector started or
+        restarted later loads it before its first.
+        """
+
+    @property
+    @abstractmethod
+    def weight_version(self) -> int:
+        """Newest published version (0 before the first :meth:`publish_weights`)."""
+
+    def policy_lag(self) -> int:
+        """Published version minus the oldest version a collector acts with (0 if none acts yet).
+
+        Collectors that have not loaded weights yet (starting, restarted: version 0) do not act, so
+        they do not count; they load the newest version before their first step.
+        """
+        versions = self.counters.rows[:, VERSION]
+        acting = versions[versions > 0]
+        return max(0, self.weight_version - int(acting.min())) if acting.size else 0
+
+    # ------------------------------------------------------------------ learner signals
+    @abstractmethod
+    def set_budget(self, transitions: int) -> None:
+        """Off-policy backpressure: collectors write transitions while their total is below ``transitions``."""
+
+    @abstractmethod
+    def set_learning_starts(self, transitions: int) -> None:
+        """Off-policy: collectors act uniformly at random while their total is below ``transitions``."""
+
+    @abstractmethod
+    def grant_rollouts(self, count: int) -> None:
+        """On-policy: collectors may collect rollouts ``0 .. count - 1`` (a grant never shrinks)."""
+
+    # ------------------------------------------------------------------ faults, waiting, counters
+    @abstractmethod
+    def poll(self) -> Reports:
+        """Take in what collectors reported (see :class:`Reports`) and handle faults.
+
+        A fault (a collector raised, or died) counts in :attr:`faults`; while
+        ``setup.max_restarts`` allows, the collector is replaced (with a ``RuntimeWarning``
+        naming the fault), otherwise the fault is raised.
+
+        Raises:
+            CollectorError: a collector failed and no restart is left.
+        """
+
+    @abstractmethod
+    def wait(self, timeout: float) -> None:
+        """Block until a collector reports something or fails, at most ``timeout`` s."""
+
+    @property
+    @abstractmethod
+    def counters(self) -> Counters:
+        """The collectors' counters (live: read them again to see progress)."""
+
+    @property
+    @abstractmethod
+    def faults(self) -> int:
+        """Collector faults so far (raised or restarted)."""
+
+    @property
+    @abstractmethod
+    def restarts(self) -> int:
+        """Collectors replaced after a fault so far."""
+
+    @abstractmethod
+    def status(self) -> list[CollectorStatus]:
+        """One :class:`CollectorStatus` per collector (empty once closed)."""

@@ -1,0 +1,269 @@
+""":class:`ProcessCollectorPool`: collectors as spawned processes on this machine, sharing memory with the learner.
+
+::
+
+    collector 0 ─┐  (spawned: EIC cluster + CPU policy)      ┌─► model.train()  (stock SB3, unchanged)
+    collector 1 ─┼──► shared memory: replay | rollouts ──────┘         │
+       ...      ─┘         ▲                                           ▼
+                 └──────── versioned policy weights (shared memory) ◄──┘
+
+What it holds: the collector processes and their pipes (episode stats and tracebacks come back
+through them), the weights they act with (:class:`~unilab_gym.runtime.weights.SharedWeights`),
+the counters and learner signals (:class:`~unilab_gym.runtime.control.Control`), and the
+policy module they load at start-up (a shared-memory segment, not the spawn payload: a large
+payload blocks ``Process.start()`` until the child reads it, forever if the child fails while
+bootstrapping). The writers write straight into the learner's replay / rollout storage.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import multiprocessing as mp
+import os
+import socket
+import time
+import warnings
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import numpy as np
+
+from unilab_gym.runtime.collector import CollectorSpec, collector_main
+from unilab_gym.runtime.control import BUDGET, GRANTED, LEARNING_STARTS, READY, STOP, TRANSITIONS, VERSION, Control
+from unilab_gym.runtime.errors import CollectorError
+from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, CollectorStatus, Counters, Reports
+from unilab_gym.runtime.weights import SharedWeights
+from unilab_gym.shm import Segment
+
+#: Longest the learner waits for collectors to exit on close before terminating them, in s.
+JOIN_TIMEOUT_S = 3.0
+
+
+class ProcessCollectorPool(CollectorPool):
+    """Collectors in processes started with ``start_method`` (``"spawn"``: safe with torch).
+
+    Args:
+        setup: what the collectors run (see :class:`~unilab_gym.runtime.pool.CollectorSetup`).
+        start_method: a ``multiprocessing`` start method.
+
+    Raises:
+        ValueError: an unknown ``start_method``.
+        OSError: the system refused a shared-memory segment; nothing is left allocated.
+    """
+
+    def __init__(self, setup: CollectorSetup, start_method: str = "spawn"):
+        self.setup = setup
+        self._ctx: Any = mp.get_context(start_method)
+        self._closed = True  # until fully constructed
+        self._weights = SharedWeights(setup.weights_size)
+        try:
+            self._control = Control(setup.num_collectors)
+        except BaseException:
+            self._weights.close()
+            raise
+        self._restarts_of = [0] * setup.num_collectors  # per collector: how many times it was replaced
+        self._faults = self._restarts = 0
+        self._procs: list[Any] = []
+        self._conns: list[Connection] = []
+        self._policy_segment: Segment | None = None
+        self._policy_bytes = 0
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self._procs:
+            return
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save(copy.deepcopy(self.setup.policy).to("cpu"), buffer)
+        payload = buffer.getbuffer()
+        self._policy_segment = Segment.create(payload.nbytes)
+        self._policy_segment.buf[: payload.nbytes] = payload
+        self._policy_bytes = payload.nbytes
+        for c in range(self.num_collectors):
+            proc, conn = self._spawn(c)
+            self._procs.append(proc)
+            self._conns.append(conn)
+
+    def _spawn(self, c: int) -> tuple[Any, Connection]:
+        """Start collector ``c`` (a replacement gets the seeds of its restart count, see ``CollectorSetup``)."""
+        setup, restarts = self.setup, self._restarts_of[c]
+        assert self._policy_segment is not None
+        spec = CollectorSpec(
+            index=c,
+            num_envs=setup.envs_per_collector,
+            env_seed=setup.env_seed(c, restarts),
+            seed=setup.torch_seed(c, restarts),
+            policy=(self._policy_segment.name, self._policy_bytes),
+            writer=setup.writers[c],
+            env_id=setup.env_id,
+            env_fn=setup.env_fn,
+            env_kwargs=setup.env_kwargs,
+            parent_pid=os.getpid(),
+        )
+        reader, writer = self._ctx.Pipe(duplex=False)
+        proc = self._ctx.Process(
+            target=collector_main,
+            args=(spec, self._weights.handle, self._control.handle, writer),
+            name=f"unilab-collector-{c}",
+            daemon=True,
+        )
+        proc.start()
+        writer.close()
+        return proc, reader
+
+    def close(self) -> None:
+        """Stop and join every collector, then free the shared memory. Idempotent.
+
+        Collectors in their loop get ``JOIN_TIMEOUT_S`` to exit, then SIGTERM, then SIGKILL;
+        collectors still starting (imports, env construction) get SIGTERM at once.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._control.globals[STOP] = 1
+        for proc, ready in zip(self._procs, self._control.rows[:, READY]):
+            if not ready:  # still importing or building its env: nothing to finish, do not wait for it
+                proc.terminate()
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for proc in self._procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(1.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        for conn in self._conns:
+            conn.close()
+        self._procs, self._conns = [], []
+        if self._policy_segment is not None:
+            self._policy_segment.close()
+            self._policy_segment = None
+        self._control.close()
+        self._weights.close()
+
+    # ------------------------------------------------------------------ weights and signals
+    def publish_weights(self, weights: np.ndarray) -> int:
+        return self._weights.publish(weights)
+
+    @property
+    def weight_version(self) -> int:
+        return self._weights.version
+
+    def set_budget(self, transitions: int) -> None:
+        self._control.globals[BUDGET] = transitions
+
+    def set_learning_starts(self, transitions: int) -> None:
+        self._control.globals[LEARNING_STARTS] = transitions
+
+    def grant_rollouts(self, count: int) -> None:
+        self._control.globals[GRANTED] = max(int(self._control.globals[GRANTED]), count)
+
+    # ------------------------------------------------------------------ faults, waiting, counters
+    @property
+    def counters(self) -> Counters:
+        return self._control
+
+    @property
+    def faults(self) -> int:
+        return self._faults
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    def status(self) -> list[CollectorStatus]:
+        if self._closed:
+            return []
+        rows, host = self._control.rows, socket.gethostname()
+        pids: list[int | None] = [p.pid for p in self._procs] or [None] * self.num_collectors
+        return [
+            CollectorStatus(
+                index=c,
+                node_id=host,
+                pid=pids[c],
+                env_steps=int(rows[c, TRANSITIONS]),
+                weight_version=int(rows[c, VERSION]),
+                restarts=self._restarts_of[c],
+            )
+            for c in range(self.num_collectors)
+        ]
+
+    def wait(self, timeout: float) -> None:
+        wait(self._conns + [p.sentinel for p in self._procs], timeout=timeout)
+
+    def poll(self) -> Reports:
+        reports = Reports()
+        ready = wait(self._conns + [p.sentinel for p in self._procs], timeout=0)
+        if not ready:
+            return reports
+        for c, (conn, proc) in enumerate(zip(self._conns, self._procs)):
+            fault: CollectorError | None = None
+            if conn in ready:
+                while conn.poll():
+                    try:
+                        kind, *payload = conn.recv()
+                    except (EOFError, OSError):
+                        break
+                    if kind == "error":
+                        fault = CollectorError(
+                            f"collector {c} (pid {proc.pid}) raised an exception",
+                            collector=c,
+                            pid=proc.pid,
+                            exitcode=proc.exitcode,
+                            traceback=payload[0],
+                        )
+                        break
+                    returns, lengths = payload  # an "episodes" message
+                    reports.episode_returns.extend(returns)
+                    reports.episode_lengths.extend(lengths)
+            if fault is None and (proc.sentinel in ready or not proc.is_alive()):
+                proc.join(0.1)
+                fault = self._death(c, proc)
+            if fault is not None:
+                self._faults += 1
+                if self._restarts >= self.setup.max_restarts:
+                    raise fault
+                self._restart(c, fault)
+        return reports
+
+    def _death(self, c: int, proc: Any) -> CollectorError:
+        """The error for collector ``c``, which exited without reporting an exception."""
+        code = proc.exitcode
+        signalled = code is not None and code < 0
+        started = bool(self._control.rows[c, READY])
+        message = f"collector {c} (pid {proc.pid}) " + ("died unexpectedly" if started else "exited while starting")
+        message += f" with exit code {code}" + (f" (killed by signal {-code})" if signalled else "")
+        if not started and not signalled:
+            message += (
+                ", before it could report an error (its traceback is on stderr above). Usual causes: the script "
+                'creates the AsyncRunner outside `if __name__ == "__main__":`, or env_fn is not importable by the '
+                "spawned process (define it at module level); collectors are spawned processes that import the script"
+            )
+        return CollectorError(message, collector=c, pid=proc.pid, exitcode=code, traceback=None)
+
+    def _restart(self, c: int, fault: CollectorError) -> None:
+        """Replace collector ``c`` after ``fault``: stop what is left of it, start a new one in its row."""
+        proc = self._procs[c]
+        proc.join(JOIN_TIMEOUT_S)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(1.0)
+        self._conns[c].close()
+        self._restarts += 1
+        self._restarts_of[c] += 1
+        head = str(fault).split("\n\n--- collector")[0]
+        if fault.traceback:
+            head += ": " + fault.traceback.strip().splitlines()[-1]
+        warnings.warn(
+            f"{head}; restarting it ({self._restarts} of max_collector_restarts={self.setup.max_restarts})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        self._control.rows[c, READY] = 0
+        self._control.rows[c, VERSION] = 0
+        self._procs[c], self._conns[c] = self._spawn(c)
