@@ -520,16 +520,6 @@ def test_an_on_policy_model_takes_one_open_runner_at_a_time():
         pass
 
 
-def test_vec_normalize_is_refused():
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    from unilab_gym.integrations.sb3 import make_sb3_env
-
-    model = PPO("MlpPolicy", VecNormalize(make_sb3_env(ID, 8, **SMALL_ENV)), **ppo_fast())
-    with pytest.raises(ValueError, match="VecNormalize"):
-        AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4)
-
-
 # --------------------------------------------------------------------------- callbacks, saving (both families)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_sb3_callbacks_checkpoint_eval_and_stop(tmp_path, family):

@@ -44,7 +44,8 @@ from unilab_gym.runtime.control import (
     Control,
     ControlHandle,
 )
-from unilab_gym.runtime.weights import SharedWeights, WeightsHandle, load_flat
+from unilab_gym.runtime.normalization import CollectorNormalizer, NormalizationSpec
+from unilab_gym.runtime.weights import SharedWeights, WeightsHandle, load_flat, vector_size
 from unilab_gym.shm import Segment
 
 #: How long a collector sleeps between checks while it may not collect, in s.
@@ -60,6 +61,8 @@ class Writer(Protocol):
 
     #: autoreset mode the writer needs from the env (``"SameStep"``), or ``None`` for any.
     autoreset_mode: str | None
+    #: the learner's ``VecNormalize`` settings (the collector then keeps a :attr:`Collector.normalizer`), or ``None``.
+    normalization: NormalizationSpec | None
 
     def run(self, collector: Collector) -> None: ...
 
@@ -130,6 +133,9 @@ class Collector:
     :ivar row: this collector's counters (int64, fields of :mod:`unilab_gym.runtime.control`:
         ``TRANSITIONS``, ``STEP_CALLS``, ``ROLLOUTS``, ... ), which it alone writes.
     :ivar version: weight version loaded into :attr:`policy` (0: none yet).
+    :ivar normalizer: with a ``VecNormalize`` on the learner's model: the
+        :class:`~unilab_gym.runtime.normalization.CollectorNormalizer` holding the statistics of
+        :attr:`version` (loaded with the weights); else ``None``.
 
     The learner's signals are read with :meth:`budget`, :meth:`learning_starts`, :meth:`granted`
     and :meth:`total_transitions`.
@@ -149,7 +155,10 @@ class Collector:
         self.version = 0
         self._weights = weights
         self._params = list(policy.state_dict().values())
+        self._params_size = vector_size(self._params)
         self._flat = np.empty(weights.size, np.float32)  # the policy's parameters first, then any tail
+        normalization = spec.writer.normalization
+        self.normalizer = None if normalization is None else CollectorNormalizer(normalization, env.num_envs)
         self._ep_return = np.zeros(env.num_envs)
         self._ep_length = np.zeros(env.num_envs, np.int64)
         metrics = control.metrics[spec.index]
@@ -186,11 +195,21 @@ class Collector:
         if self._weights.version > self.version:
             self.version = self._weights.read(self._flat)
             load_flat(self._params, self._flat)
+            if self.normalizer is not None:  # the statistics published with these weights
+                self.normalizer.load(self._flat[self._params_size :])
             # a version published before this collector existed waited for its start-up, not for a sync
             since = max(self._weights.read_published_ns, self._ready_ns)
             self._weight_sync.observe((time.monotonic_ns() - since) / 1e3)
             self.row[VERSION] = self.version
         return self.version
+
+    def send_moments(self) -> None:
+        """Hand the observation / return moments gathered since the last call to the learner (if any)."""
+        if self.normalizer is None:
+            return
+        obs_moments, return_moments = self.normalizer.take_moments()
+        if obs_moments.count or return_moments.count:
+            self.conn.send(("moments", obs_moments, return_moments))
 
     @staticmethod
     def idle() -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from unilab_gym.runtime.normalization import NormalizationSpec, merge_moments, pack_statistics
 from unilab_gym.runtime.weights import flatten_into, vector_size
 
 if TYPE_CHECKING:
@@ -26,11 +27,15 @@ class LearnerLoop(ABC):
     """Learner side of one algorithm family (see the module docstring).
 
     Args:
-        model: the SB3 model.
-        policy: the torch module collectors run (its ``state_dict`` is the published weight vector).
+        model: the SB3 model. If its env is a ``VecNormalize``, that wrapper's statistics are
+            published after the policy's parameters, under the same version, and collectors'
+            observation moments are merged into it (:mod:`unilab_gym.runtime.normalization`).
+        policy: the torch module collectors run (its ``state_dict`` is the start of the published
+            weight vector).
 
     :ivar max_policy_lag: most weight versions a collector may act behind the learner.
     :ivar default_log_interval: ``learn()``'s ``log_interval`` when ``None`` is passed.
+    :ivar normalization: the ``VecNormalize`` settings collectors apply, or ``None``.
     """
 
     default_log_interval: int
@@ -40,8 +45,11 @@ class LearnerLoop(ABC):
         self.model = model
         self.policy = policy
         self._params = list(policy.state_dict().values())
-        #: float32 values of the published weight vector.
-        self.weights_size = vector_size(self._params)
+        self._vec_normalize = model.get_vec_normalize_env()
+        self.normalization = None if self._vec_normalize is None else NormalizationSpec.of(self._vec_normalize)
+        self._params_size = vector_size(self._params)
+        #: float32 values of the published weight vector: the parameters, then any normalization statistics.
+        self.weights_size = self._params_size + (0 if self.normalization is None else self.normalization.size)
         self._flat = np.empty(self.weights_size, np.float32)
         self._published = np.full(self.weights_size, np.nan, np.float32)
         self._t0 = time.monotonic()
@@ -79,7 +87,9 @@ class LearnerLoop(ABC):
         (the current version is returned).
         """
         with metrics.learner_phase("publish_weights"):
-            flatten_into(self._params, self._flat)
+            flatten_into(self._params, self._flat[: self._params_size])
+            if self._vec_normalize is not None:
+                pack_statistics(self._vec_normalize, self._flat[self._params_size :])
             if only_if_changed and np.array_equal(self._flat, self._published):
                 return pool.weight_version
             self._published[:] = self._flat
@@ -95,6 +105,8 @@ class LearnerLoop(ABC):
         reports = pool.poll()
         if reports.episode_returns:
             self._record_episodes(reports)
+        for obs_moments, return_moments in reports.moments:
+            merge_moments(self._vec_normalize, obs_moments, return_moments)
 
     def wait(self, pool: CollectorPool, metrics: RunnerMetrics, timeout: float) -> None:
         """Wait for a collector's news, at most ``timeout`` s (counted as learner time waiting for data)."""

@@ -32,6 +32,7 @@ from unilab_gym.runtime.collector import Collector, autoreset_mode_of
 from unilab_gym.runtime.control import STEP_CALLS, TRANSITIONS
 from unilab_gym.runtime.loop import LearnerLoop
 from unilab_gym.runtime.metrics import ReplayInfo
+from unilab_gym.runtime.normalization import NormalizationSpec
 from unilab_gym.validation import check_int, check_real
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
 #: Target duration of one ``model.train()`` call, in s: faults are checked between calls.
 TRAIN_CHUNK_S = 0.05
+#: With VecNormalize, a collector sends its observation moments every this many vector-env steps (and before idling).
+MOMENTS_EVERY = 16
 DEFAULT_MAX_POLICY_LAG = 4
 
 
@@ -57,6 +60,7 @@ class ReplayWriter:
     algo: str
     action_noise: Any = None
     autoreset_mode: str | None = None
+    normalization: NormalizationSpec | None = None
 
     def run(self, c: Collector) -> None:
         import torch
@@ -64,7 +68,7 @@ class ReplayWriter:
 
         from unilab_gym.replay import ReplayStorage
 
-        env, actor, row = c.env, c.policy, c.row
+        env, actor, row, norm = c.env, c.policy, c.row, c.normalizer
         n = env.num_envs
         space = env.single_action_space
         low, high = space.low.astype(np.float64), space.high.astype(np.float64)
@@ -76,18 +80,22 @@ class ReplayWriter:
         storage = ReplayStorage.attach(self.replay)
         try:
             obs, _ = env.reset(seed=c.spec.env_seed)
+            if norm is not None:  # VecNormalize counts reset observations too
+                norm.observe(obs)
             restarting = np.zeros(n, bool)  # NEXT_STEP: envs whose next step is a reset step
             while c.running:
                 version = c.refresh()
                 total = c.total_transitions()
                 if total >= c.budget() or version == 0:
+                    c.send_moments()  # before pausing: the learner's statistics cover every step taken
                     c.idle()
                     continue
                 if total < c.learning_starts():
                     scaled = rng.uniform(-1.0, 1.0, (n, low.size))
                 else:
                     with torch.no_grad():
-                        obs_t = torch.as_tensor(np.asarray(obs, np.float32))
+                        seen = np.asarray(obs, np.float32) if norm is None else norm.normalize_obs(obs)
+                        obs_t = torch.as_tensor(seen)
                         if self.algo == "sac":
                             scaled = actor(obs_t, deterministic=False).numpy().astype(np.float64)
                         else:
@@ -105,8 +113,13 @@ class ReplayWriter:
                     storage.add(
                         obs[keep], stored_next[keep], scaled[keep], reward[keep], terminated[keep], truncated[keep]
                     )
+                if norm is not None:  # the replay keeps raw data; SB3 normalizes it when it samples
+                    norm.observe(next_obs)
+                    norm.normalize_reward(np.asarray(reward, np.float64), terminated | truncated)
                 row[TRANSITIONS] += int(keep.sum())
                 row[STEP_CALLS] += 1
+                if row[STEP_CALLS] % MOMENTS_EVERY == 0:
+                    c.send_moments()
                 done = (terminated | truncated) & keep
                 idx = c.track_episodes(reward, terminated, truncated, counted=keep)
                 if noise is not None and idx.size:
@@ -184,7 +197,12 @@ class OffPolicyLoop(LearnerLoop):
         model.replay_buffer_kwargs = {}
 
     def writer(self, index: int) -> ReplayWriter:
-        return ReplayWriter(self.model.replay_buffer.handle, self.algo, getattr(self.model, "action_noise", None))
+        return ReplayWriter(
+            self.model.replay_buffer.handle,
+            self.algo,
+            getattr(self.model, "action_noise", None),
+            normalization=self.normalization,
+        )
 
     def replay_info(self) -> ReplayInfo:
         """The model's replay (it belongs to the model: the loop frees nothing)."""

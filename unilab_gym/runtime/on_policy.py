@@ -52,6 +52,7 @@ from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from unilab_gym.runtime.collector import Collector, autoreset_mode_of
 from unilab_gym.runtime.control import ROLLOUTS, STEP_CALLS, TRANSITIONS
 from unilab_gym.runtime.loop import LearnerLoop
+from unilab_gym.runtime.normalization import NormalizationSpec
 from unilab_gym.runtime.rollout import SLOTS, RolloutHandle, RolloutStorage
 from unilab_gym.validation import check_int
 
@@ -68,11 +69,12 @@ class RolloutWriter:
     column: int
     gamma: float
     autoreset_mode: str | None = "SameStep"
+    normalization: NormalizationSpec | None = None
 
     def run(self, c: Collector) -> None:
         import torch
 
-        env, policy, row = c.env, c.policy, c.row
+        env, policy, row, norm = c.env, c.policy, c.row, c.normalizer
         mode = autoreset_mode_of(env)
         if mode != "SameStep":
             raise ValueError(
@@ -98,8 +100,13 @@ class RolloutWriter:
             with torch.no_grad():
                 return policy.predict_values(torch.as_tensor(np.asarray(obs, np.float32))).numpy().ravel()
 
+        def normalized(obs: np.ndarray) -> np.ndarray:  # what the policy sees and the rollout stores
+            return obs if norm is None else norm.normalize_obs(obs)
+
         try:
             obs, _ = env.reset(seed=c.spec.env_seed)
+            if norm is not None:  # VecNormalize counts reset observations too
+                norm.observe(obs)
             episode_starts = np.ones(n, np.float32)
             k = int(row[ROLLOUTS])  # a replacement collector redoes the rollout its predecessor left unfinished
             row[STEP_CALLS] = k * n_steps
@@ -113,18 +120,22 @@ class RolloutWriter:
                 for t in range(n_steps):
                     if not c.running:
                         return
-                    actions, values, log_probs = forward(obs)
+                    seen = normalized(obs)
+                    actions, values, log_probs = forward(seen)
                     next_obs, reward, terminated, truncated, info = env.step(
                         np.clip(actions, space.low, space.high).astype(space.dtype)
                     )
                     dones = terminated | truncated
                     reward = np.array(reward, np.float32)
-                    c.track_episodes(reward, terminated, truncated)
+                    c.track_episodes(reward, terminated, truncated)  # raw rewards, as VecMonitor under VecNormalize
+                    if norm is not None:  # VecNormalize.step_wait: statistics, then normalized rewards (float64)
+                        norm.observe(next_obs)
+                        reward = norm.normalize_reward(reward.astype(np.float64), dones)
                     # SB3's bootstrap of truncated episodes (its GitHub issue #633); one env at a time as
                     # SB3 does, because a batched forward pass may round differently in the last bit
                     for i in np.flatnonzero(truncated & ~terminated):
-                        reward[i] += gamma * value(info["final_obs"][i][None])[0]
-                    storage.observations[slot, t, cols] = obs
+                        reward[i] += gamma * value(normalized(info["final_obs"][i][None]))[0]
+                    storage.observations[slot, t, cols] = seen
                     storage.actions[slot, t, cols] = actions.reshape(n, -1)
                     storage.rewards[slot, t, cols] = reward
                     storage.episode_starts[slot, t, cols] = episode_starts
@@ -133,9 +144,11 @@ class RolloutWriter:
                     obs, episode_starts = next_obs, dones.astype(np.float32)
                     row[TRANSITIONS] += n
                     row[STEP_CALLS] += 1
-                storage.last_obs[slot, cols] = obs
-                storage.last_values[slot, cols] = value(obs)
+                seen = normalized(obs)
+                storage.last_obs[slot, cols] = seen
+                storage.last_values[slot, cols] = value(seen)
                 storage.last_dones[slot, cols] = episode_starts
+                c.send_moments()  # before the rollout counts as done: the learner merges them with it
                 k += 1
                 row[ROLLOUTS] = k  # after the data: the learner reads a slot only once every row passed it
         finally:
@@ -241,7 +254,12 @@ class OnPolicyLoop(LearnerLoop):
         return {k: v for k, v in kwargs.items() if k != "autoreset_mode"}
 
     def writer(self, index: int) -> RolloutWriter:
-        return RolloutWriter(self.storage.handle, index * self.envs_per_collector, float(self.model.gamma))
+        return RolloutWriter(
+            self.storage.handle,
+            index * self.envs_per_collector,
+            float(self.model.gamma),
+            normalization=self.normalization,
+        )
 
     def close(self) -> None:
         """Free the rollout storage and give the model back its own rollout buffer. Idempotent."""
@@ -317,5 +335,7 @@ class OnPolicyLoop(LearnerLoop):
                 if not callback.on_step():
                     return False
             if finished:
+                if self.normalization is not None:  # the moments each collector sent before finishing rollout k
+                    self.poll(pool, metrics)
                 return True
             self.wait(pool, metrics, 0.001)

@@ -45,6 +45,7 @@ from unilab_gym.runtime.control import VERSION
 
 if TYPE_CHECKING:
     from unilab_gym.runtime.collector import Writer
+    from unilab_gym.runtime.normalization import Moments
 
 
 class Counters(Protocol):
@@ -76,10 +77,13 @@ class Reports:
 
     :ivar episode_returns: returns of the episodes that finished, in the order reported.
     :ivar episode_lengths: their lengths.
+    :ivar moments: with ``VecNormalize``: one (observation, return) pair of
+        :class:`~unilab_gym.runtime.normalization.Moments` per report, to merge into the learner's statistics.
     """
 
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    moments: list[tuple[Moments, Moments]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -218,6 +218,9 @@ class ProcessCollectorPool(CollectorPool):
                             traceback=payload[0],
                         )
                         break
+                    if kind == "moments":
+                        reports.moments.append((payload[0], payload[1]))
+                        continue
                     returns, lengths = payload  # an "episodes" message
                     reports.episode_returns.extend(returns)
                     reports.episode_lengths.extend(lengths)

@@ -24,7 +24,8 @@ loop (learner side) and the *writer* it gives each collector (collector side):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,6 +48,15 @@ class AsyncRunner:
     On-policy (``PPO``, ``A2C``): the model's env must have ``num_collectors *
     envs_per_collector`` envs (``n_steps`` is per env, as in SB3); see
     :mod:`unilab_gym.runtime.on_policy` for the rollout, GAE and lag semantics.
+
+    **VecNormalize.** A model whose env is ``VecNormalize(...)`` trains as it would without the
+    runner: collectors normalize observations (and, with ``norm_reward``, rewards) with the
+    learner's statistics, shipped with the weights under the same version; the raw observation
+    (and return) moments they step are merged back into the model's ``VecNormalize``, so
+    ``obs_rms.count`` grows by the observations stepped and ``VecNormalize.save`` after the run
+    writes the file ``unilab-gym play`` and :func:`unilab_gym.evaluation.evaluate_gait` load.
+    Off-policy, the replay keeps raw data and SB3 normalizes it when it samples, as it does
+    without the runner. See :mod:`unilab_gym.runtime.normalization`.
 
     Args:
         model: an SB3 ``SAC`` / ``TD3`` / ``DDPG`` / ``PPO`` / ``A2C``.
@@ -77,8 +87,8 @@ class AsyncRunner:
     Raises:
         ValueError: an unsupported model or model setting (named in the message), both or
             neither of ``env_id`` / ``env_fn``, bad counts, a bad ``max_policy_lag``,
-            ``replay_ratio``, ``max_collector_restarts``, ``metrics_port`` or ``metrics_addr``, or a model whose
-            env is wrapped in ``VecNormalize`` (collectors would not normalize).
+            ``replay_ratio``, ``max_collector_restarts``, ``metrics_port`` or ``metrics_addr``, or a
+            ``VecNormalize`` over non-flat observations.
         OSError: ``metrics_port`` is already in use (``errno.EADDRINUSE``); nothing is left running.
 
     Use as a context manager, or call :meth:`close`; it stops and joins every collector.
@@ -119,11 +129,6 @@ class AsyncRunner:
             raise ValueError(f"metrics_addr must be a host name or IP address, got {metrics_addr!r}")
         if not isinstance(model, (OnPolicyAlgorithm, OffPolicyAlgorithm)):
             raise ValueError(f"AsyncRunner drives SB3 SAC, TD3, DDPG, PPO or A2C models, got {type(model).__name__}")
-        if model.get_vec_normalize_env() is not None:
-            raise ValueError(
-                "the model's env is wrapped in VecNormalize, which collectors do not apply: their observations and "
-                "rewards would not be normalized; train without VecNormalize (or normalize inside the env)"
-            )
         loop: LearnerLoop
         if isinstance(model, OnPolicyAlgorithm):
             loop = OnPolicyLoop(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
@@ -250,9 +255,10 @@ class AsyncRunner:
         if log_interval is None:
             log_interval = self._loop.default_log_interval
         try:
-            total, callback = model._setup_learn(
-                total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
-            )
+            with _statistics_frozen(model.get_vec_normalize_env()):  # _setup_learn may reset the model's own env
+                total, callback = model._setup_learn(
+                    total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+                )
             callback.on_training_start(locals(), globals())
             self.metrics.begin()
             self._loop.run(self._pool, self.metrics, total, callback, log_interval)
@@ -261,3 +267,21 @@ class AsyncRunner:
             self.close()
             raise
         return model
+
+
+@contextlib.contextmanager
+def _statistics_frozen(vec_normalize: Any) -> Iterator[None]:
+    """Keep a ``VecNormalize``'s statistics as they are (``training=False``) inside the block.
+
+    The model's own env is never stepped under the runner; SB3's ``_setup_learn`` still resets it,
+    and those observations must not count: the statistics hold what the collectors stepped.
+    """
+    if vec_normalize is None:
+        yield
+        return
+    training = vec_normalize.training
+    vec_normalize.training = False
+    try:
+        yield
+    finally:
+        vec_normalize.training = training
