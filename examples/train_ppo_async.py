@@ -4,12 +4,14 @@
     python examples/train_ppo_async.py --max-policy-lag 0       # strictly on-policy (reproducible for a seed)
     python examples/train_ppo_async.py --total-steps 2048 --num-collectors 1 --envs-per-collector 8 --save-path /tmp/ppo
 
-The model is a plain ``PPO``; its env (``make_sb3_env(id, collectors * envs)``) only gives the
-spaces and ``n_envs``: the collectors step their own envs in parallel processes and write each
-rollout into shared memory; the learner runs SB3's own GAE and ``train()``. With
-``--max-policy-lag 1`` the collectors gather the next rollout while the learner trains (one
-update behind: slightly off-policy). Observations are not normalized (collectors do not apply
-``VecNormalize``). Writes ``<save-path>.zip`` (``PPO.load``; watch it with ``examples/play.py``).
+The model is a plain ``PPO`` with the settings of ``train_ppo_sb3.py``; its env
+(``VecNormalize(make_sb3_env(id, collectors * envs))``) only gives the spaces, ``n_envs`` and the
+normalization statistics: the collectors step their own envs in parallel processes, normalize
+with the learner's statistics (shipped with the weights) and write each rollout into shared
+memory; the learner merges their observation statistics, runs SB3's own GAE and ``train()``.
+With ``--max-policy-lag 1`` the collectors gather the next rollout while the learner trains (one
+update behind: slightly off-policy). Writes ``<save-path>.zip`` and
+``<save-path>_vecnormalize.pkl`` (``PPO.load``; watch it with ``unilab-gym play``).
 Progress: SB3's progress bar, ``rollout/ep_rew_mean`` and the ``unilab/*`` pipeline metrics
 (``policy_lag_mean``, env-steps/s, ...) in the log.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import VecNormalize
 
 import unilab_gym  # noqa: F401  (registers UniLab/Quadruped-v0)
 from unilab_gym import AsyncRunner
@@ -52,9 +55,11 @@ def main(argv: list[str] | None = None) -> Path:
     n_envs = args.num_collectors * args.envs_per_collector
     env_kwargs = dict(max_episode_steps=args.max_episode_steps)
     rollout = args.n_steps * n_envs
+    # spaces, n_envs and the normalization statistics; the collectors step their own envs
+    env = VecNormalize(make_sb3_env(ENV_ID, n_envs, seed=args.seed, **env_kwargs), gamma=0.99)
     model = PPO(
         "MlpPolicy",
-        make_sb3_env(ENV_ID, n_envs, seed=args.seed, **env_kwargs),  # spaces and n_envs; collectors step their own envs
+        env,
         n_steps=args.n_steps,
         batch_size=min(1024, rollout),
         n_epochs=5,
@@ -80,6 +85,7 @@ def main(argv: list[str] | None = None) -> Path:
         runner.learn(total_timesteps=args.total_steps, progress_bar=not args.no_progress)
     args.save_path.parent.mkdir(parents=True, exist_ok=True)
     model.save(args.save_path)
+    env.save(f"{args.save_path}_vecnormalize.pkl")
     print(f"trained {model.num_timesteps} env steps; saved {args.save_path.with_suffix('.zip')}")
     model.env.close()
     return args.save_path.with_suffix(".zip")

@@ -136,3 +136,25 @@ def test_sac_async_trains_saves_and_plays(tmp_path):
     assert model.num_timesteps == 600 and model._n_updates == (600 - 200) // 4
     out = _run("play.py", tmp_path / "sac_async.zip", "--steps", 5, "--out", tmp_path / "sac_async.gif")
     assert (tmp_path / "sac_async.gif").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_ppo_async_trains_with_vecnormalize_saves_and_plays(tmp_path):
+    out = _run(
+        "train_ppo_async.py",
+        *("--total-steps", 1024, "--num-collectors", 1, "--envs-per-collector", 8, "--n-steps", 64),
+        *("--max-episode-steps", 50, "--save-path", tmp_path / "ppo_async", "--no-progress"),
+    )
+    assert "trained 1024 env steps" in out
+    stats = tmp_path / "ppo_async_vecnormalize.pkl"
+    assert (tmp_path / "ppo_async.zip").exists() and stats.exists()
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    venv = make_sb3_env("UniLab/Quadruped-v0", 1)
+    loaded = VecNormalize.load(str(stats), venv)
+    assert loaded.obs_rms.count == pytest.approx(1024 + 8 + 1e-4)  # every observation the collector stepped
+    venv.close()
+    out = _run("play.py", tmp_path / "ppo_async.zip", "--steps", 5, "--out", tmp_path / "ppo_async.gif")
+    assert (tmp_path / "ppo_async.gif").stat().st_size > 0
