@@ -13,6 +13,8 @@ import os
 import platform
 import resource
 import statistics
+import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
@@ -91,7 +93,7 @@ def machine_info() -> dict[str, Any]:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in ("unilab-gym", "numpy", "gymnasium", "pybullet", "stable-baselines3", "torch", "tianshou"):
         try:
             versions[pkg] = metadata.version(pkg)
@@ -110,3 +112,53 @@ def write_json(path: str, payload: dict[str, Any]) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(payload, f, indent=2)
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(total, idle) CPU time of the machine in jiffies, from the first line of ``/proc/stat`` (Linux)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    return sum(fields), fields[3] + fields[4]  # idle + iowait
+
+
+def busy_cores(seconds: float = 1.0) -> float | None:
+    """Cores busy on the whole machine (every process), averaged over the next ``seconds``.
+
+    Returns:
+        Busy cores in ``[0, cores]``, or ``None`` where ``/proc/stat`` does not exist (not Linux).
+    """
+    try:
+        total0, idle0 = _cpu_jiffies()
+        time.sleep(seconds)
+        total1, idle1 = _cpu_jiffies()
+    except OSError:
+        return None
+    return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(total1 - total0, 1))
+
+
+def warn_if_busy(max_busy_cores: float = 0.25, seconds: float = 2.0) -> dict[str, Any]:
+    """Measure how busy the machine is before a benchmark starts; print a warning to stderr if it is.
+
+    Call it before the benchmark starts anything: every busy core then belongs to another
+    process, and takes CPU time the configurations under test would use (the multi-process ones
+    most). Busy means more than ``max_busy_cores`` busy cores over the next ``seconds``, or a
+    1-minute load average above half the cores.
+
+    Returns:
+        ``{"busy_cores": float | None, "load_average": [1, 5, 15 min] | None, "busy": bool}``,
+        to store with the results.
+    """
+    busy = busy_cores(seconds)
+    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    cores = os.cpu_count() or 1
+    is_busy = (busy is not None and busy > max_busy_cores) or (load is not None and load[0] > cores / 2)
+    if is_busy:
+        used = f"other processes use {busy:.1f} of {cores} cores" if busy is not None else f"{cores} cores"
+        avg = f"load average {', '.join(f'{x:.1f}' for x in load)}" if load is not None else "no load average"
+        print(
+            f"WARNING: the machine is busy ({used}; {avg}): wall-clock results will be slower and noisier "
+            "than on an idle machine, and multi-process configurations lose the most",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {"busy_cores": busy, "load_average": load, "busy": is_busy}

@@ -1,116 +1,169 @@
-"""Learning check: SB3 SAC and PPO on UniLab/Quadruped-v0 with 64 envs, against a random policy.
+"""Time to return: training wall clock until a walking policy, AsyncRunner against stock SB3.
 
-    python benchmarks/learning_check.py                  # both, ~12 + ~10 min on 2 cores
-    python benchmarks/learning_check.py --algo ppo --minutes 10
-    python benchmarks/learning_check.py --plot-only      # redraw the PNG from the CSVs
+    python benchmarks/learning_check.py                  # 5 configurations x 3 seeds, ~57 min on 2 idle cores
+    python benchmarks/learning_check.py --quick          # 1 seed, 45 s budget: ~6.5 min
+    python benchmarks/learning_check.py --smoke          # CI: 8 envs, seconds of training, 50-step episodes
+    python benchmarks/learning_check.py --only ppo --minutes 7 --seeds 5
+    python benchmarks/learning_check.py --only ppo-stock,sac-async
+    python benchmarks/learning_check.py --plot-only --threshold 24   # re-summarize and redraw from the JSON
 
-For each algorithm it trains (the settings of ``examples/train_*_sb3.py``) until a wall-clock
-budget or a step budget runs out, recording every finished training episode and, every
-``--eval-every`` seconds of training, the return of the deterministic policy on 16 evaluation
-envs. At the end it evaluates the deterministic policy and a uniform random policy on the same
-64 evaluation envs (same seeds; the first episode of each: 64 episodes of up to 1000 steps).
-Wall clock counts training only (evaluations excluded).
+**Configurations** (``--only`` takes an algorithm, ``ppo`` / ``sac``, or these keys, comma-separated):
 
-Writes to ``benchmarks/results/``:
-- ``learning_<algo>.csv``: one row per finished training episode: env_steps, wall_clock_s,
-  episode_return, episode_length (returns of the exploring policy).
-- ``learning_<algo>_eval.csv``: one row per periodic evaluation: env_steps, wall_clock_s,
-  return_mean, return_std, episodes.
-- ``learning_summary.csv``: per algorithm: env steps and seconds trained, mean +- std of the
-  final evaluation return of the trained policy, of the random policy and of the zero action
-  (standing in the nominal pose: what a policy gets for not moving), and mean episode lengths.
-- ``learning_curves.png``: evaluation and training returns against env steps and against
-  wall clock, with the random policy's return.
+- ``ppo-stock``: stock SB3 PPO in one process, model env ``VecNormalize(make_sb3_env(id, 64), gamma=0.99)``;
+- ``ppo-async-lag0`` / ``ppo-async-lag1``: the same model (same ``VecNormalize`` env) under
+  ``AsyncRunner(num_collectors=2, envs_per_collector=32, max_policy_lag=0 | 1)``;
+- ``sac-stock``: stock SB3 SAC with ``SharedReplayBuffer`` on ``make_sb3_env(id, 64)``;
+- ``sac-async``: the same SAC under ``AsyncRunner`` (2 x 32, ``replay_ratio`` 8/64, default lag).
+
+Per algorithm every configuration has the same hyperparameters, those of ``examples/train_ppo_sb3.py``
+and ``examples/train_sac_sb3.py`` (:func:`ppo_kwargs`, :func:`sac_kwargs`; SAC's replay ratio is 8
+gradient steps per 64 transitions), the same 64 stepping envs, the same seeds and the same
+training wall-clock budget (``--minutes``). Each (configuration, seed) runs in a fresh spawned
+process, interleaved (A B C D E A B C D E ...: ``common.run_interleaved``), so machine noise hits
+every configuration alike.
+
+**Timing.** Training is a series of ``learn(segment_steps, reset_num_timesteps=False)`` calls,
+the same for the stock model and for ``AsyncRunner``; only these calls are timed and count toward
+the budget. Between them the policy is evaluated (:func:`evaluate`, untimed) while the collectors
+are idle (an ``AsyncRunner`` collects nothing beyond the steps a ``learn`` call asked for), so an
+async configuration gets no free collection during evaluations. Segments are sized from the
+env-steps/s of the previous segment so that an evaluation falls about every ``--eval-every``
+seconds of training (:func:`next_segment`; a first short probe, and SAC's ``learning_starts``
+random steps as a segment of their own, because SAC runs far slower once it trains). Start-up
+inside ``learn`` counts: ``AsyncRunner`` spawns its collectors (and builds their envs) in its first
+call, a few seconds that stock SB3 spends outside ``learn`` building its env (a small bias against
+async). ``max_policy_lag=1`` loses its overlap at each segment boundary (the runner grants no
+rollout beyond the call's steps): one rollout's overlap per call, of about 10 calls in a default run.
+
+**Evaluation.** Every evaluation runs the deterministic policy for ``eval_episodes`` episodes, one
+per env of one ``UniLabVectorEnv`` seeded ``EVAL_SEED + i`` (the same episodes every time), with the
+model's ``VecNormalize`` statistics (frozen), and records ``evaluate_gait``'s figures
+(:mod:`unilab_gym.evaluation`). The first is at 0 s (the initial policy), the last at the end of
+the budget; the final figures of a run are its last evaluation.
+
+**Threshold** (``--threshold``, default :data:`DEFAULT_THRESHOLD` = 25): a return a walking policy
+reaches and a standing one does not. On the default task (1000-step episodes, about 32 at most),
+standing still in the nominal pose scores about 17 (15-21 depending on the commands drawn), a
+policy that learned to stand scores 17.6, and stock PPO's walking policy 26.1 (0.635 m/s forward
+against 0.608 m/s commanded, no falls; issue 15). The return scale moves with the reward terms, so
+the benchmark measures what standing scores on its own evaluation episodes (zero action) and
+prints the threshold's margin over it, with a warning under :data:`STANDING_MARGIN`.
+*Time to threshold* of a seed: the training seconds at which its evaluation return first reaches
+the threshold, linearly interpolated between that evaluation and the one before (``inf`` if it
+never does). Of a configuration: the median over seeds, a seed that never reached counting as
+``inf``; ``null`` in the JSON if that median is ``inf``. The table gives each async configuration's
+ratio to stock of the same algorithm (a bound, ``<`` or ``>``, if only one of them reached).
+
+**Budget arithmetic** for the default mode on 2 idle cores: 15 runs x (start-up ~10 s: spawn,
+imports, 64 envs, model; + 180 s of training; + 7 evaluations, at 0, 30, ..., 180 s, x ~5.5 s for
+8 episodes of 1000 steps) = 15 x 229 s = 57 min, plus ~8 s for the machine check and the
+standing-still evaluation; ``elapsed_s`` in the JSON is the real figure. The costs come from two
+``--quick`` runs (``--only ppo-stock``, then ``--only ppo``) on this shared machine, other
+processes keeping both cores busy: ~12 s spawn and imports, 4-11 s building 64 envs and the model,
+6-22 s (mean 13.5) per 8-episode evaluation, 560-620 env-steps/s of stock PPO training, and
+``AsyncRunner``'s first ``learn`` (collector spawn, their envs, one rollout) 15-23 s; stock PPO
+trains at ~1,460 env-steps/s with these settings on a quieter machine (the old learning check:
+875,584 steps in 600 s), a factor ~2.5 that scales the costs to the figures above. ``--quick``:
+5 x (10 + 45 + 4 x 5.5) s = 6.5 min (6.2 min for its 3 PPO runs on the busy machine).
+Caveat: on the old curves (``docs/benchmarks.md``), stock PPO reached 25 after ~6 min of training
+and stock SAC after ~12 min, so within a 3-minute budget the stock configurations may not reach 25
+(``time_to_threshold_s`` null, the async ratio then only a bound); ``--only ppo --minutes 7``
+(9 x 512 s = 77 min) and ``--only sac --minutes 13`` (6 x 938 s = 94 min) measure the ratio at 25.
+
+**Outputs** (``--out``, default ``benchmarks/results``): ``learning_check.json`` (``summary``: one
+entry per configuration; ``runs``: every seed's evaluation curve; machine info and load),
+``learning_check.md`` (the table, also printed) and ``learning_check.png`` (return against
+training wall clock per configuration: median over seeds, min-max band shaded).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import datetime
+import math
+import os
+import statistics
 import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-import torch
-from stable_baselines3 import PPO, SAC
-from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import VecNormalize
 
-import unilab_gym  # noqa: F401
-from unilab_gym.integrations.sb3 import make_sb3_env
-from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import RESULTS_DIR, machine_info, run_interleaved, warn_if_busy, write_json
+
+from unilab_gym.validation import check_positive, check_positive_int, check_real
 
 ID = "UniLab/Quadruped-v0"
-RESULTS = Path(__file__).parent / "results"
+#: Seed of the first evaluation env (env ``i`` gets ``EVAL_SEED + i``): the same episodes for every evaluation.
 EVAL_SEED = 10_000
+#: Default ``--threshold``: a walking policy's return on the default task (see the module docstring).
+DEFAULT_THRESHOLD = 25.0
+#: Least margin of the threshold over standing still before a warning: a policy that learned to stand
+#: beat the nominal pose by 0.6 in issue 15 (17.6 against 17.0); 3 leaves 5x that.
+STANDING_MARGIN = 3.0
+#: SAC's replay ratio, gradient steps per transition: 8 per vector step of 64 envs (``examples/train_sac_sb3.py``).
+REPLAY_RATIO = 8 / 64
+
+MODES: dict[str, dict[str, Any]] = {
+    # minutes: training budget per run; eval_every: s of training; eval_episodes: per evaluation
+    "default": dict(
+        seeds=3, minutes=3.0, eval_every=30.0, eval_episodes=8, num_envs=64, learning_starts=10_000, buffer_size=10**6
+    ),
+    "quick": dict(
+        seeds=1, minutes=0.75, eval_every=15.0, eval_episodes=8, num_envs=64, learning_starts=10_000, buffer_size=10**6
+    ),
+    "smoke": dict(
+        seeds=1, minutes=0.15, eval_every=3.0, eval_episodes=2, num_envs=8, learning_starts=256, buffer_size=20_000
+    ),
+}
+#: Episode length (control steps) of the smoke mode, training and evaluation alike; other modes use the task's 1000.
+SMOKE_EPISODE_STEPS = 50
 
 
-class EpisodeRecorder(BaseCallback):
-    """Records finished episodes (VecMonitor's ``info["episode"]``), evaluates every ``eval_every``
-    seconds of training, and stops after ``seconds`` of training (evaluation time excluded)."""
+@dataclass(frozen=True)
+class Config:
+    """One configuration: ``algo`` (``"ppo"`` / ``"sac"``), ``runner`` (``"stock"`` / ``"async"``), async PPO's lag."""
 
-    def __init__(self, seconds: float, eval_every: float, eval_envs: int):
-        super().__init__()
-        self.seconds, self.eval_every, self.eval_envs = seconds, eval_every, eval_envs
-        self.rows: list[tuple[int, float, float, int]] = []
-        self.evals: list[tuple[int, float, float, float, int]] = []
-        self.start = self.paused = 0.0
-        self.next_eval = 0.0
+    algo: str
+    runner: str
+    max_policy_lag: int | None = None
 
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start - self.paused
-
-    def _on_training_start(self) -> None:
-        self.start = time.perf_counter()
-        self.next_eval = self.eval_every
-
-    def evaluate(self) -> None:
-        t0, at = time.perf_counter(), self.elapsed()
-        model = self.model
-        returns, _ = evaluate(
-            lambda o: model.predict(o, deterministic=True)[0], self.eval_envs, model.get_vec_normalize_env()
-        )
-        self.evals.append((self.num_timesteps, at, returns.mean(), returns.std(), returns.size))
-        self.paused += time.perf_counter() - t0
-
-    def _on_step(self) -> bool:
-        elapsed = self.elapsed()
-        for info in self.locals["infos"]:
-            if "episode" in info:
-                self.rows.append((self.num_timesteps, elapsed, float(info["episode"]["r"]), int(info["episode"]["l"])))
-        if elapsed >= self.next_eval:
-            self.evaluate()
-            self.next_eval += self.eval_every
-        return elapsed < self.seconds
+    def label(self, num_envs: int) -> str:
+        """A human-readable name, e.g. ``AsyncRunner PPO + VecNormalize (2 x 32, lag 1)``."""
+        algo = "PPO + VecNormalize" if self.algo == "ppo" else "SAC + SharedReplayBuffer"
+        if self.runner == "stock":
+            return f"stock SB3 {algo} ({num_envs} envs, 1 process)"
+        lag = f", lag {self.max_policy_lag}" if self.max_policy_lag is not None else ""
+        return f"AsyncRunner {algo} (2 x {num_envs // 2}{lag})"
 
 
-def make_model(algo: str, num_envs: int, seed: int):
-    env = make_sb3_env(ID, num_envs, seed=seed)
-    if algo == "sac":
-        return SAC(
-            "MlpPolicy",
-            env,
-            replay_buffer_class=SharedReplayBuffer,
-            buffer_size=1_000_000,
-            learning_starts=10_000,
-            batch_size=256,
-            learning_rate=3e-4,
-            gamma=0.98,
-            train_freq=1,
-            ent_coef="auto_0.01",
-            gradient_steps=8,
-            policy_kwargs=dict(net_arch=[256, 256]),
-            seed=seed,
-            device="cpu",
-            verbose=0,
-        )
-    env = VecNormalize(env, gamma=0.99)
-    return PPO(
-        "MlpPolicy",
-        env,
+CONFIGS: dict[str, Config] = {
+    "ppo-stock": Config("ppo", "stock"),
+    "ppo-async-lag0": Config("ppo", "async", 0),
+    "ppo-async-lag1": Config("ppo", "async", 1),
+    "sac-stock": Config("sac", "stock"),
+    "sac-async": Config("sac", "async"),
+}
+COLORS = {
+    "ppo-stock": "tab:gray",
+    "ppo-async-lag0": "tab:blue",
+    "ppo-async-lag1": "tab:green",
+    "sac-stock": "tab:gray",
+    "sac-async": "tab:orange",
+}
+
+
+# ----------------------------------------------------------------------------- models
+def ppo_kwargs(num_envs: int) -> dict[str, Any]:
+    """PPO's settings, those of ``examples/train_ppo_sb3.py`` (rollouts of ``64 * num_envs`` transitions)."""
+    import torch
+
+    return dict(
         n_steps=64,
-        batch_size=1024,
+        batch_size=min(1024, 64 * num_envs),
         n_epochs=5,
         learning_rate=3e-4,
         gamma=0.99,
@@ -119,167 +172,497 @@ def make_model(algo: str, num_envs: int, seed: int):
         ent_coef=0.0,
         max_grad_norm=1.0,
         policy_kwargs=dict(net_arch=dict(pi=[256, 128], vf=[256, 128]), activation_fn=torch.nn.ELU, log_std_init=-0.5),
-        seed=seed,
-        device="cpu",
-        verbose=0,
     )
 
 
-def evaluate(policy, num_envs: int, normalizer: VecNormalize | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Return and length of the first episode of each of ``num_envs`` eval envs (seeded EVAL_SEED + i).
+def sac_kwargs(num_envs: int, learning_starts: int, buffer_size: int) -> dict[str, Any]:
+    """SAC's settings, those of ``examples/train_sac_sb3.py`` (``REPLAY_RATIO * num_envs`` gradient steps a step)."""
+    return dict(
+        buffer_size=buffer_size,
+        learning_starts=learning_starts,
+        batch_size=256,
+        learning_rate=3e-4,
+        gamma=0.98,
+        ent_coef="auto_0.01",  # rewards are ~0.02 per step (see train_sac_sb3.py)
+        train_freq=1,
+        gradient_steps=max(1, round(REPLAY_RATIO * num_envs)),
+        policy_kwargs=dict(net_arch=[256, 256]),
+    )
 
-    ``policy(obs) -> actions``; ``normalizer``'s frozen statistics normalize the obs it sees.
+
+def build(
+    config: Config, seed: int, num_envs: int, learning_starts: int, buffer_size: int, env_kwargs: dict[str, Any]
+) -> tuple[Any, Callable[[int], Any], Callable[[], None]]:
+    """A configuration's model, ``learn(env_steps)`` (one segment, ``reset_num_timesteps=False``) and ``close()``."""
+    from stable_baselines3 import PPO, SAC
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from unilab_gym import AsyncRunner, SharedReplayBuffer
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    common: dict[str, Any] = dict(seed=seed, device="cpu", verbose=0)
+    model: Any
+    if config.algo == "ppo":
+        env = VecNormalize(make_sb3_env(ID, num_envs, seed=seed, **env_kwargs), gamma=0.99)
+        model = PPO("MlpPolicy", env, **ppo_kwargs(num_envs), **common)
+    else:
+        # AsyncRunner's collectors step their own envs: the model's env only gives the spaces
+        env = make_sb3_env(ID, num_envs if config.runner == "stock" else 1, seed=seed, **env_kwargs)
+        kwargs = sac_kwargs(num_envs, learning_starts, buffer_size)
+        model = SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, **kwargs, **common)
+
+    def close_model() -> None:
+        model.env.close()
+        if config.algo == "sac":
+            model.replay_buffer.close()
+
+    if config.runner == "stock":
+        return model, lambda steps: model.learn(steps, reset_num_timesteps=False), close_model
+    runner = AsyncRunner(
+        model,
+        env_id=ID,
+        num_collectors=2,
+        envs_per_collector=num_envs // 2,
+        env_kwargs=env_kwargs,
+        max_policy_lag=config.max_policy_lag,
+        replay_ratio=REPLAY_RATIO if config.algo == "sac" else None,
+        seed=seed,
+    )
+
+    def close() -> None:
+        runner.close()
+        close_model()
+
+    return model, lambda steps: runner.learn(steps, reset_num_timesteps=False), close
+
+
+# ----------------------------------------------------------------------------- one run
+def evaluate(model: Any, n_episodes: int, env_kwargs: dict[str, Any]) -> dict[str, float | int]:
+    """``evaluate_gait``'s figures for ``model`` on episodes seeded :data:`EVAL_SEED`.
+
+    ``record_gait(...).summary()`` is ``evaluate_gait``; it also takes the env kwargs (the smoke mode's short episodes).
     """
-    env = make_sb3_env(ID, num_envs, seed=EVAL_SEED, monitor=False)
-    obs = env.reset()
-    returns, lengths = np.zeros(num_envs), np.zeros(num_envs, dtype=int)
-    running = np.ones(num_envs, dtype=bool)
-    while running.any():
-        seen = normalizer.normalize_obs(obs) if normalizer is not None else obs
-        obs, reward, done, _ = env.step(policy(seen))
-        returns += np.where(running, reward, 0.0)
-        lengths += running
-        running &= ~done
-    env.close()
-    return returns, lengths
+    from unilab_gym.evaluation import record_gait
+
+    normalizer = model.get_vec_normalize_env() if hasattr(model, "get_vec_normalize_env") else None
+    return record_gait(model, ID, n_episodes, vecnormalize=normalizer, seed=EVAL_SEED, **env_kwargs).summary()
 
 
-def run(algo: str, minutes: float, max_steps: int, num_envs: int, seed: int, eval_every: float) -> dict:
-    model = make_model(algo, num_envs, seed)
-    recorder = EpisodeRecorder(minutes * 60, eval_every, eval_envs=16)
-    model.learn(total_timesteps=max_steps, callback=recorder, progress_bar=sys.stderr.isatty())
-    trained_s = recorder.elapsed()
-    normalizer = model.get_vec_normalize_env()
-    trained = evaluate(lambda o: model.predict(o, deterministic=True)[0], num_envs, normalizer)
-    rng = np.random.default_rng(seed)
-    random = evaluate(lambda o: rng.uniform(-1, 1, (num_envs, 12)).astype(np.float32), num_envs)
-    zero = evaluate(lambda o: np.zeros((num_envs, 12), np.float32), num_envs)  # holds the nominal pose
-    with open(RESULTS / f"learning_{algo}.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["env_steps", "wall_clock_s", "episode_return", "episode_length"])
-        writer.writerows((s, f"{t:.2f}", f"{r:.4f}", length) for s, t, r, length in recorder.rows)
-    evals = [*recorder.evals, (model.num_timesteps, trained_s, trained[0].mean(), trained[0].std(), trained[0].size)]
-    with open(RESULTS / f"learning_{algo}_eval.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["env_steps", "wall_clock_s", "return_mean", "return_std", "episodes"])
-        writer.writerows((s, f"{t:.2f}", f"{m:.4f}", f"{sd:.4f}", n) for s, t, m, sd, n in evals)
-    model.env.close()
+class StandStill:
+    """A policy that holds the nominal pose (zero action), for :func:`evaluate`."""
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> tuple[np.ndarray, None]:
+        from unilab_gym.tasks.quadruped import ACT_DIM
+
+        return np.zeros((len(obs), ACT_DIM), np.float32), None
+
+
+def next_segment(unit: int, rate: float | None, previous: int, seconds: float) -> int:
+    """Env steps for the next ``learn`` call: ``seconds`` of training at ``rate`` env-steps/s.
+
+    Rounded to the nearest whole ``unit`` (a PPO rollout, a SAC vector step; so a run ends as
+    close to its budget as a unit allows), at least one unit and at most 4x the ``previous``
+    segment (the rate of a short segment is a rough estimate). ``rate`` ``None`` (not measured
+    yet): a probe of one unit.
+    """
+    if rate is None:
+        return unit
+    steps = unit * max(1, round(rate * seconds / unit))
+    return min(steps, max(unit, 4 * previous))
+
+
+def run(
+    key: str,
+    seed: int,
+    budget_s: float,
+    eval_every_s: float,
+    eval_episodes: int,
+    num_envs: int,
+    learning_starts: int,
+    buffer_size: int,
+    max_episode_steps: int | None,
+) -> dict[str, Any]:
+    """Train configuration ``key`` with ``seed`` for ``budget_s`` seconds of ``learn`` calls, evaluating on the way.
+
+    Returns:
+        ``key``, ``seed``, ``algo``, ``runner``, ``config`` (label), ``trained_s`` (timed training, s),
+        ``env_steps``, ``env_steps_per_s``, ``setup_s`` (model/runner construction, untimed),
+        ``eval_s`` (all evaluations), ``learn_calls`` and ``curve``: one dict per evaluation with
+        ``t_s`` (training seconds so far), ``env_steps``, ``eval_s`` and ``evaluate_gait``'s figures.
+    """
+    import torch
+
+    torch.set_num_threads(1)  # small nets: one thread is fastest, and it leaves the cores to the envs
+    config = CONFIGS[key]
+    env_kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    t0 = time.perf_counter()
+    model, learn, close = build(config, seed, num_envs, learning_starts, buffer_size, env_kwargs)
+    setup_s = time.perf_counter() - t0
+    unit = model.n_steps * num_envs if config.algo == "ppo" else num_envs
+    random_steps = learning_starts if config.algo == "sac" else 0  # SAC acts at random until then, and runs faster
+    curve: list[dict[str, Any]] = []
+
+    def add_point(trained_s: float) -> None:
+        t = time.perf_counter()
+        figures = evaluate(model, eval_episodes, env_kwargs)
+        curve.append(
+            {"t_s": trained_s, "env_steps": int(model.num_timesteps), "eval_s": time.perf_counter() - t, **figures}
+        )
+
+    trained = 0.0
+    rate: float | None = None
+    previous = calls = 0
+    try:
+        add_point(0.0)
+        next_eval, slack = eval_every_s, 0.05 * eval_every_s  # an evaluation within ``slack`` of its time is on time
+        while budget_s - trained > slack:
+            remaining = budget_s - trained
+            if rate is not None and rate * remaining < 0.5 * unit:
+                break  # not even half a rollout / vector step fits
+            random_phase = model.num_timesteps < random_steps
+            if random_phase:
+                steps = unit * math.ceil((random_steps - model.num_timesteps) / unit)
+            else:
+                steps = next_segment(unit, rate, previous, min(next_eval, budget_s) - trained)
+            start, t = model.num_timesteps, time.perf_counter()
+            learn(steps)
+            elapsed = time.perf_counter() - t
+            trained, calls, previous = trained + elapsed, calls + 1, steps
+            rate = None if random_phase else (model.num_timesteps - start) / max(elapsed, 1e-9)
+            if trained >= next_eval - slack:
+                add_point(trained)
+                while next_eval <= trained + slack:  # the next point of the grid ahead
+                    next_eval += eval_every_s
+        if curve[-1]["t_s"] != trained:
+            add_point(trained)
+    finally:
+        close()
+    label = config.label(num_envs)
+    final = curve[-1]["return_mean"]
+    print(f"{label}, seed {seed}: {trained:.0f} s, {model.num_timesteps:,} env steps, return {final:.2f}", flush=True)
     return {
-        "algo": algo.upper(),
-        "num_envs": num_envs,
-        "env_steps": model.num_timesteps,
-        "train_seconds": round(trained_s, 1),
-        "trained_return_mean": round(trained[0].mean(), 3),
-        "trained_return_std": round(trained[0].std(), 3),
-        "trained_length_mean": round(trained[1].mean(), 1),
-        "random_return_mean": round(random[0].mean(), 3),
-        "random_return_std": round(random[0].std(), 3),
-        "random_length_mean": round(random[1].mean(), 1),
-        "zero_action_return_mean": round(zero[0].mean(), 3),
-        "zero_action_return_std": round(zero[0].std(), 3),
-        "eval_episodes": num_envs,
+        "key": key,
+        "seed": seed,
+        "algo": config.algo,
+        "runner": config.runner,
+        "config": label,
+        "trained_s": trained,
+        "env_steps": int(model.num_timesteps),
+        "env_steps_per_s": model.num_timesteps / max(trained, 1e-9),
+        "setup_s": setup_s,
+        "eval_s": sum(p["eval_s"] for p in curve),
+        "learn_calls": calls,
+        "curve": curve,
     }
 
 
-def write_summary(rows: list[dict]) -> None:
-    path = RESULTS / "learning_summary.csv"
-    old = []
-    if path.exists():
-        with open(path) as f:
-            old = [r for r in csv.DictReader(f) if r["algo"] not in {row["algo"] for row in rows}]
-    rows = sorted(old + rows, key=lambda r: r["algo"])
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+# ----------------------------------------------------------------------------- summary
+def time_to_threshold(curve: list[dict[str, Any]], threshold: float) -> float:
+    """Training seconds at which ``curve``'s evaluation return first reaches ``threshold``; ``inf`` if never.
+
+    Linearly interpolated between the first evaluation at or above the threshold and the one
+    before it (0 if the first evaluation, at 0 s, already is).
+    """
+    for i, point in enumerate(curve):
+        if point["return_mean"] >= threshold:
+            if i == 0:
+                return float(point["t_s"])
+            before = curve[i - 1]
+            gain = point["return_mean"] - before["return_mean"]
+            return float(before["t_s"] + (threshold - before["return_mean"]) / gain * (point["t_s"] - before["t_s"]))
+    return math.inf
 
 
-def _binned(x: np.ndarray, y: np.ndarray, bins: int = 12) -> tuple[np.ndarray, np.ndarray]:
-    """Mean of ``y`` in ``bins`` equal-width bins of ``x`` (empty bins dropped)."""
-    edges = np.linspace(x.min(), x.max() + 1e-9, bins + 1)
-    which = np.digitize(x, edges) - 1
-    keep = [k for k in range(bins) if np.any(which == k)]
-    return np.array([x[which == k].mean() for k in keep]), np.array([y[which == k].mean() for k in keep])
+def _ratio(time_s: float, stock_s: float, budget_s: float) -> tuple[float | None, str]:
+    """(ratio of ``time_s`` to ``stock_s`` or ``None``, its text); a bound by the budget if only one is finite."""
+    if math.isfinite(time_s) and math.isfinite(stock_s):
+        if stock_s == 0:
+            return None, "n/a (stock reached it at 0 s)"
+        return time_s / stock_s, f"{time_s / stock_s:.2f}×"
+    if math.isfinite(time_s):  # stock did not reach it within the budget: its time is > budget
+        return None, f"< {time_s / budget_s:.2f}×"
+    if math.isfinite(stock_s):
+        return None, f"> {budget_s / stock_s:.2f}×"
+    return None, "n/a (neither reached)"
 
 
-def plot() -> None:
+def summarize(runs: dict[str, list[dict[str, Any]]], threshold: float) -> list[dict[str, Any]]:
+    """One entry per configuration (see the module docstring): medians over seeds, and the ratio to stock."""
+    entries = []
+    for key, rs in runs.items():
+        times = [time_to_threshold(r["curve"], threshold) for r in rs]
+        median = statistics.median(times)
+        final = [r["curve"][-1] for r in rs]
+        entries.append(
+            {
+                "key": key,
+                "algo": rs[0]["algo"],
+                "runner": rs[0]["runner"],
+                "config": rs[0]["config"],
+                "seeds": [int(r["seed"]) for r in rs],
+                "threshold": threshold,
+                "time_to_threshold_s": median if math.isfinite(median) else None,
+                "time_to_threshold_per_seed_s": [t if math.isfinite(t) else None for t in times],
+                "final_return": statistics.median(p["return_mean"] for p in final),
+                "final_return_min": min(p["return_mean"] for p in final),
+                "final_return_max": max(p["return_mean"] for p in final),
+                "tracking_error_mps": statistics.median(p["tracking_error_mps"] for p in final),
+                "fall_rate": statistics.median(p["fall_rate"] for p in final),
+                "trained_s": statistics.median(r["trained_s"] for r in rs),
+                "env_steps": statistics.median(r["env_steps"] for r in rs),
+                "env_steps_per_s": statistics.median(r["env_steps_per_s"] for r in rs),
+                "_time": median,
+            }
+        )
+    for entry in entries:
+        stock = next((e for e in entries if e["algo"] == entry["algo"] and e["runner"] == "stock"), None)
+        if entry is stock:
+            ratio, text = (1.0 if math.isfinite(entry["_time"]) else None), "(baseline)"
+        elif stock is None:
+            ratio, text = None, "n/a (no stock run)"
+        else:
+            ratio, text = _ratio(entry["_time"], stock["_time"], stock["trained_s"])
+        entry["time_to_threshold_vs_stock"], entry["time_to_threshold_vs_stock_text"] = ratio, text
+    for entry in entries:
+        del entry["_time"]
+    return entries
+
+
+def threshold_explanation(threshold: float, standing: float) -> str:
+    """Why the threshold means walking, from what standing still scores on the evaluation episodes."""
+    margin = threshold - standing
+    text = (
+        f"Threshold: a return of {threshold:g}. Standing still in the nominal pose (zero action) scores "
+        f"{standing:.1f} on the same evaluation episodes, so reaching the threshold takes {margin:+.1f} over "
+        "standing: return earned by moving with the commanded velocity."
+    )
+    if margin < STANDING_MARGIN:
+        text += (
+            f" WARNING: that margin is under {STANDING_MARGIN:g}; a policy that only learned to stand may reach it "
+            "(the reward terms changed?): raise --threshold."
+        )
+    return text
+
+
+# ----------------------------------------------------------------------------- report
+def _seconds(t: float | None) -> str:
+    return "—" if t is None else f"{t:.0f}"
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    """The table of ``payload["summary"]`` with the threshold, settings and machine."""
+    s, m = payload["settings"], payload["machine"]
+    load = payload["load"]["start"]
+    busy = "" if load["busy_cores"] is None else f"other processes used {load['busy_cores']:.1f} cores at the start; "
+    avg = "" if load["load_average"] is None else "load average " + ", ".join(f"{x:.1f}" for x in load["load_average"])
+    lines = [
+        f"## Time to return {payload['threshold']:g}, AsyncRunner vs stock SB3 ({payload['mode']}, {payload['date']})",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores; {busy}{avg}. "
+        f"Budget {s['budget_s']:.0f} s of training per run (evaluations excluded), {s['num_envs']} envs, "
+        f"evaluation every ~{s['eval_every_s']:g} s on {s['eval_episodes']} deterministic episodes.",
+        "",
+        payload["threshold_explanation"],
+        "",
+        f"| configuration | seeds | time to {payload['threshold']:g} (s), median [per seed] | vs stock | "
+        "final return, median [min, max] | tracking error m/s | fall rate | env steps | env-steps/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in payload["summary"]:
+        per_seed = ", ".join(_seconds(t) for t in e["time_to_threshold_per_seed_s"])
+        lines.append(
+            f"| {e['config']} | {len(e['seeds'])} | {_seconds(e['time_to_threshold_s'])} [{per_seed}] | "
+            f"{e['time_to_threshold_vs_stock_text']} | {e['final_return']:.2f} [{e['final_return_min']:.2f}, "
+            f"{e['final_return_max']:.2f}] | {e['tracking_error_mps']:.3f} | {e['fall_rate']:.2f} | "
+            f"{e['env_steps']:,.0f} | {e['env_steps_per_s']:,.0f} |"
+        )
+    lines += ["", "Time to threshold, AsyncRunner / stock SB3 (target ≤ 0.7×):"]
+    lines += [
+        f"- {e['algo'].upper()}, {e['config']}: {e['time_to_threshold_vs_stock_text']}"
+        for e in payload["summary"]
+        if e["runner"] == "async"
+    ]
+    lines += ["", "— : the median seed did not reach the threshold within the budget."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(payload: dict[str, Any], path: str) -> None:
+    """Return against training wall clock per configuration: median over seeds, min-max band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    summary = {}
-    if (RESULTS / "learning_summary.csv").exists():
-        with open(RESULTS / "learning_summary.csv") as f:
-            summary = {r["algo"]: r for r in csv.DictReader(f)}
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.4))
-    random_drawn = False
-    for color, algo in zip(("tab:blue", "tab:orange"), ("sac", "ppo")):
-        name = algo.upper()
-        for ax, x in zip(axes, ("env_steps", "wall_clock_s")):
-            path = RESULTS / f"learning_{algo}_eval.csv"
-            if path.exists():
-                ev = np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True))
-                ax.plot(ev[x], ev["return_mean"], "o-", color=color, label=f"{name}: deterministic policy (eval)")
-                ax.fill_between(
-                    ev[x],
-                    ev["return_mean"] - ev["return_std"],
-                    ev["return_mean"] + ev["return_std"],
-                    color=color,
-                    alpha=0.15,
-                )
-            path = RESULTS / f"learning_{algo}.csv"
-            if path.exists():
-                tr = np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True))
-                if tr.size:
-                    ax.plot(tr[x], tr["episode_return"], ".", color=color, alpha=0.06, markersize=2)
-                    bx, by = _binned(tr[x], tr["episode_return"])
-                    ax.plot(bx, by, "--", color=color, lw=1, label=f"{name}: training episodes (binned mean)")
-            row = summary.get(name)
-            if row and not random_drawn:
-                ax.axhline(float(row["random_return_mean"]), color="gray", ls=":", label="uniform random policy (eval)")
-                if "zero_action_return_mean" in row:
-                    ax.axhline(
-                        float(row["zero_action_return_mean"]),
-                        color="black",
-                        ls="-.",
-                        lw=1,
-                        label="zero action: stand in the nominal pose (eval)",
-                    )
-        random_drawn = random_drawn or bool(summary)
-    for ax, label in zip(axes, ("env steps", "training wall clock (s), 2 shared CPU cores")):
-        ax.set_xlabel(label)
-        ax.set_ylabel("episode return (1000 steps max)")
+    algos = [a for a in ("ppo", "sac") if any(e["algo"] == a for e in payload["summary"])]
+    fig, axes = plt.subplots(1, len(algos), figsize=(6.5 * len(algos), 5), squeeze=False)
+    for ax, algo in zip(axes[0], algos):
+        entries = [e for e in payload["summary"] if e["algo"] == algo]
+        for entry in entries:
+            runs = payload["runs"][entry["key"]]
+            end = min(r["curve"][-1]["t_s"] for r in runs)
+            grid = np.linspace(0.0, end, 200)
+            curves = np.array(
+                [np.interp(grid, [p["t_s"] for p in r["curve"]], [p["return_mean"] for p in r["curve"]]) for r in runs]
+            )
+            color = COLORS.get(entry["key"])
+            ax.plot(grid, np.median(curves, axis=0), color=color, lw=2, label=entry["config"])
+            ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), color=color, alpha=0.2)
+            if entry["time_to_threshold_s"] is not None:
+                ax.axvline(entry["time_to_threshold_s"], color=color, ls=":", lw=1)
+        ax.axhline(payload["threshold"], color="tab:red", ls="--", lw=1, label=f"threshold {payload['threshold']:g}")
+        ax.axhline(payload["standing_return"], color="black", ls="-.", lw=1, label="standing still (zero action)")
+        ax.set_title(f"{algo.upper()}: {max(len(e['seeds']) for e in entries)} seed(s), median and min-max band")
+        ax.set_xlabel("training wall clock (s), evaluations excluded")
+        ax.set_ylabel(f"evaluation return ({payload['settings']['eval_episodes']} episodes, deterministic)")
         ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=3)
-    fig.suptitle("UniLab/Quadruped-v0, 64 envs: SB3 SAC and PPO vs a random policy")
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(RESULTS / "learning_curves.png", dpi=120)
-    print(f"wrote {RESULTS / 'learning_curves.png'}")
+        ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"{ID}, {payload['settings']['num_envs']} envs, {payload['machine']['cores']} cores: time to return")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algo", choices=["sac", "ppo", "both"], default="both")
+def _jsonable(value: Any) -> Any:
+    """``value`` with non-finite floats as ``None`` and non-JSON objects (e.g. torch classes) as strings."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return str(value)
+
+
+def report(payload: dict[str, Any], out: str) -> None:
+    """Write ``learning_check.{json,md,png}`` to ``out`` and print the table."""
+    os.makedirs(out, exist_ok=True)
+    write_json(os.path.join(out, "learning_check.json"), _jsonable(payload))
+    text = markdown(payload)
+    with open(os.path.join(out, "learning_check.md"), "w") as f:
+        f.write(text)
+    plot(payload, os.path.join(out, "learning_check.png"))
+    print(text)
+    print(f"wrote {out}/learning_check.{{json,md,png}}")
+
+
+# ----------------------------------------------------------------------------- main
+def select(only: str | None) -> list[str]:
+    """Configuration keys from ``--only`` (algorithms and/or keys, comma-separated); all by default.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if not only:
+        return list(CONFIGS)
+    keys: list[str] = []
+    for name in (n.strip() for n in only.split(",")):
+        matches = [k for k, c in CONFIGS.items() if name in (k, c.algo)]
+        if not matches:
+            raise ValueError(f"--only: unknown configuration {name!r}; use ppo, sac or {', '.join(CONFIGS)}")
+        keys += [k for k in matches if k not in keys]
+    return [k for k in CONFIGS if k in keys]  # the canonical order
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="1 seed, 45 s budget (~6.5 min)")
+    mode.add_argument("--smoke", action="store_true", help="CI: 8 envs, 9 s budget, 50-step episodes, in-process")
+    parser.add_argument("--only", default=None, help="ppo, sac and/or configuration keys, comma-separated")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; quick and smoke 1)")
+    parser.add_argument("--minutes", type=float, default=None, help="training budget per run (default 3)")
+    parser.add_argument("--eval-every", type=float, default=None, help="seconds of training between evaluations")
     parser.add_argument(
-        "--minutes", type=float, default=None, help="training budget per algorithm (default: SAC 12, PPO 10)"
+        "--threshold",
+        type=float,
+        default=None,
+        help=f"return to reach (default {DEFAULT_THRESHOLD:g}; see the docstring)",
     )
-    parser.add_argument("--max-steps", type=int, default=5_000_000, help="env-step budget per algorithm")
-    parser.add_argument("--num-envs", type=int, default=64)
-    parser.add_argument("--eval-every", type=float, default=120.0, help="seconds of training between evaluations")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot-only", action="store_true")
+    parser.add_argument("--out", default=RESULTS_DIR, help="output directory (default benchmarks/results)")
+    parser.add_argument("--plot-only", action="store_true", help="re-summarize and redraw from --out's JSON")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # small nets: one thread is fastest, and it does not fight the env for the 2 cores
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    if not args.plot_only:
-        for algo in ("sac", "ppo") if args.algo == "both" else (args.algo,):
-            minutes = args.minutes if args.minutes is not None else {"sac": 12, "ppo": 10}[algo]
-            row = run(algo, minutes, args.max_steps, args.num_envs, args.seed, args.eval_every)
-            print(row, flush=True)
-            write_summary([row])
-    plot()
+    if args.plot_only:
+        import json
+
+        with open(os.path.join(args.out, "learning_check.json")) as f:
+            payload = json.load(f)
+        if args.threshold is not None:
+            try:
+                check_real("--threshold", args.threshold)
+            except ValueError as e:
+                parser.error(str(e))
+            payload["threshold"] = args.threshold
+            payload["threshold_explanation"] = threshold_explanation(args.threshold, payload["standing_return"])
+            payload["summary"] = summarize(payload["runs"], args.threshold)
+        report(payload, args.out)
+        return payload
+
+    name = "smoke" if args.smoke else "quick" if args.quick else "default"
+    cfg = MODES[name]
+    try:
+        keys = select(args.only)
+        seeds = check_positive_int("--seeds", args.seeds if args.seeds is not None else cfg["seeds"])
+        minutes = check_positive("--minutes", args.minutes if args.minutes is not None else cfg["minutes"])
+        eval_every = check_positive(
+            "--eval-every", args.eval_every if args.eval_every is not None else cfg["eval_every"]
+        )
+        threshold = check_real("--threshold", args.threshold if args.threshold is not None else DEFAULT_THRESHOLD)
+    except ValueError as e:
+        parser.error(str(e))
+    settings = {
+        "budget_s": minutes * 60,
+        "eval_every_s": eval_every,
+        "eval_episodes": cfg["eval_episodes"],
+        "num_envs": cfg["num_envs"],
+        "learning_starts": cfg["learning_starts"],
+        "buffer_size": cfg["buffer_size"],
+        "max_episode_steps": SMOKE_EPISODE_STEPS if args.smoke else None,
+    }
+    t0 = time.perf_counter()
+    busy = warn_if_busy(seconds=0.2 if args.smoke else 2.0)
+    env_kwargs = {} if settings["max_episode_steps"] is None else {"max_episode_steps": settings["max_episode_steps"]}
+    standing = evaluate(StandStill(), settings["eval_episodes"], env_kwargs)
+    explanation = threshold_explanation(threshold, standing["return_mean"])
+    print(explanation, flush=True)
+
+    kwargs = {k: v for k, v in settings.items() if k != "eval_every_s"}
+    jobs = {
+        f"{key} seed {seed}": (run, dict(key=key, seed=seed, eval_every_s=eval_every, **kwargs))
+        for seed in range(seeds)
+        for key in keys
+    }
+    results = run_interleaved(jobs, 1, desc="learning check", fresh_process=not args.smoke)
+    runs: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
+    for result in results.values():
+        runs[str(result[0]["key"])].append(result[0])
+    payload = {
+        "benchmark": "learning_check",
+        "date": datetime.date.today().isoformat(),
+        "mode": name,
+        "settings": {
+            **settings,
+            "seeds": seeds,
+            "eval_seed": EVAL_SEED,
+            "replay_ratio_sac": REPLAY_RATIO,
+            "ppo": ppo_kwargs(settings["num_envs"]),
+            "sac": sac_kwargs(settings["num_envs"], settings["learning_starts"], settings["buffer_size"]),
+        },
+        "threshold": threshold,
+        "threshold_explanation": explanation,
+        "standing_return": standing["return_mean"],
+        "standing": standing,
+        "machine": machine_info(),
+        "load": {"start": busy, "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+        "elapsed_s": time.perf_counter() - t0,
+        "summary": summarize(runs, threshold),
+        "runs": runs,
+    }
+    report(payload, args.out)
+    return payload
 
 
 if __name__ == "__main__":
