@@ -36,7 +36,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import RESULTS_DIR, machine_info, run_interleaved, summarize, write_json
+from common import RESULTS_DIR, _cpu_jiffies, busy_cores, machine_info, run_interleaved, summarize, write_json
 from compare_sb3 import run_ppo, table
 
 NUM_ENVS = 64
@@ -50,25 +50,10 @@ CONFIGS = {
 STOCK = [name for name, kw in CONFIGS.items() if kw["kind"] != "async"]
 
 
-def _cpu_jiffies() -> tuple[int, int]:
-    """(total, idle) CPU time of the machine in jiffies, from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:9]]
-    return sum(fields), fields[3] + fields[4]
-
-
-def busy_cores(seconds: float) -> float:
-    """Cores busy on the whole machine, averaged over the next ``seconds``."""
-    total0, idle0 = _cpu_jiffies()
-    time.sleep(seconds)
-    total1, idle1 = _cpu_jiffies()
-    return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(total1 - total0, 1))
-
-
 def wait_for_quiet(max_busy: float = 0.2, timeout_s: float = 600.0) -> float:
     """Wait (at most ``timeout_s``) until other processes use under ``max_busy`` cores; return the seconds waited."""
     t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s and busy_cores(2.0) > max_busy:
+    while time.monotonic() - t0 < timeout_s and (busy_cores(2.0) or 0.0) > max_busy:
         pass
     return time.monotonic() - t0
 
