@@ -36,7 +36,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import RESULTS_DIR, _cpu_jiffies, busy_cores, machine_info, run_interleaved, summarize, write_json
+from common import RESULTS_DIR, busy_cores, cpu_jiffies, machine_info, run_interleaved, summarize, write_json
 from compare_sb3 import run_ppo, table
 
 NUM_ENVS = 64
@@ -65,9 +65,9 @@ def run_on_quiet_machine(**kwargs: Any) -> dict[str, Any]:
     configurations and ~2 for AsyncRunner); more than that means other users took cores.
     """
     waited = wait_for_quiet()
-    total0, idle0 = _cpu_jiffies()
+    total0, idle0 = cpu_jiffies()
     out = run_ppo(**kwargs)
-    total1, idle1 = _cpu_jiffies()
+    total1, idle1 = cpu_jiffies()
     out["machine_busy_cores"] = (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(total1 - total0, 1))
     out["waited_for_quiet_s"] = waited
     return out

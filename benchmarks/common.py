@@ -114,7 +114,7 @@ def write_json(path: str, payload: dict[str, Any]) -> None:
         json.dump(payload, f, indent=2)
 
 
-def _cpu_jiffies() -> tuple[int, int]:
+def cpu_jiffies() -> tuple[int, int]:
     """(total, idle) CPU time of the machine in jiffies, from the first line of ``/proc/stat`` (Linux)."""
     with open("/proc/stat") as f:
         fields = [int(x) for x in f.readline().split()[1:9]]
@@ -128,9 +128,9 @@ def busy_cores(seconds: float = 1.0) -> float | None:
         Busy cores in ``[0, cores]``, or ``None`` where ``/proc/stat`` does not exist (not Linux).
     """
     try:
-        total0, idle0 = _cpu_jiffies()
+        total0, idle0 = cpu_jiffies()
         time.sleep(seconds)
-        total1, idle1 = _cpu_jiffies()
+        total1, idle1 = cpu_jiffies()
     except OSError:
         return None
     return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / max(total1 - total0, 1))
