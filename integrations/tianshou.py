@@ -151,10 +151,14 @@ class TianshouVectorEnv(BaseVectorEnv):
 
         Args:
             env_id: an env index or a sequence of them.
-            seed: like Tianshou (which passes the same kwargs to every env's ``reset``), an int
-                seeds every selected env (and its action space) with that same int; a sequence
-                gives one seed per selected env. ``None`` continues each env's random stream.
-            options: passed to the env's reset (``"reset_mask"`` is not allowed).
+            **kwargs: ``seed`` and ``options``, below.
+
+        Keyword Args:
+            seed (int | Sequence[int] | None): like Tianshou (which passes the same kwargs to every
+                env's ``reset``), an int seeds every selected env (and its action space) with that
+                same int; a sequence gives one seed per selected env. ``None`` continues each env's
+                random stream.
+            options (dict | None): passed to the env's reset (``"reset_mask"`` is not allowed).
 
         Returns:
             ``(obs, infos)``: (R, 48) float32 and an (R,) object array of dicts.

@@ -79,10 +79,15 @@ class ParameterTrace:
         """Record k finished episodes (copies every array).
 
         Args:
-            env, episode, episode_seed, lengths: (k,) ints. command: (k, 3). parameters: (k, P)
-            in :data:`~unilab_gym.randomization.PARAMETER_NAMES` order. returns: (k,) float64.
-            terminated: (k,) bool (False: truncated by the time limit). conditions: (k, 3) bool,
-            columns :data:`FALL_CONDITIONS`.
+            env: (k,) ints, the env indices.
+            episode: (k,) ints, each env's episode index.
+            episode_seed: (k,) ints.
+            command: (k, 3) floats.
+            parameters: (k, P) floats in :data:`~unilab_gym.randomization.PARAMETER_NAMES` order.
+            returns: (k,) float64.
+            lengths: (k,) ints, control steps.
+            terminated: (k,) bool (False: truncated by the time limit).
+            conditions: (k, 3) bool, columns :data:`FALL_CONDITIONS`.
         """
         self._chunks.append(
             dict(
