@@ -728,3 +728,39 @@ def test_train_ppo_async_example_trains_and_saves(tmp_path):
     assert "unilab/" in out.stdout and "policy_lag" in out.stdout and "ep_rew_mean" in out.stdout
     model = PPO.load(tmp_path / "ppo.zip", device="cpu")
     assert model.num_timesteps == 1024 and model._n_updates == 4 * 5  # 4 rollouts of 32 x 8, 5 epochs each
+
+
+def test_ppo_lag1_trains_each_rollout_from_the_current_policy_with_importance_weights():
+    """Decoupled PPO at lag 1: when train() starts, the buffer's log-probs and values are the current policy's
+    (PPO's ratio starts at 1), and advantages carry pi_current / pi_behaviour; at lag 0 nothing is recomputed."""
+    import torch
+
+    for lag in (0, 1):
+        model = make_ppo(8)
+        starts = []
+        stock_train = model.train
+
+        def train(model=model, starts=starts, stock_train=stock_train):
+            buf = model.rollout_buffer
+            obs = torch.as_tensor(buf.observations.reshape(-1, *buf.obs_shape))
+            actions = torch.as_tensor(buf.actions.reshape(-1, buf.action_dim))
+            with torch.no_grad():
+                values, log_prob, _ = model.policy.evaluate_actions(obs, actions)
+            starts.append(
+                (
+                    np.abs(log_prob.numpy() - buf.log_probs.reshape(-1)).max(),
+                    np.abs(values.numpy().ravel() - buf.values.reshape(-1)).max(),
+                )
+            )
+            stock_train()
+
+        model.train = train
+        with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, max_policy_lag=lag,
+                         env_kwargs=SMALL_ENV) as runner:  # fmt: skip
+            runner.learn(4 * 16 * 8)
+            lags = runner.metrics.policy_lag_max if hasattr(runner.metrics, "policy_lag_max") else None
+        assert len(starts) == 4
+        gaps = np.array(starts)
+        # the first rollout is always collected with the current weights; at lag 1 the later ones are not,
+        # and their log-probs and values were recomputed with the current policy
+        assert gaps.max() < 1e-5, (lag, gaps, lags)
