@@ -194,6 +194,8 @@ def test_learning_starts_larger_than_capacity_is_refused():
         (dict(max_policy_lag=0), "max_policy_lag"),
         (dict(replay_ratio=-1.0), "replay_ratio"),
         (dict(env_fn=_runner_envs.quadruped), "exactly one"),
+        (dict(seed=-1), "seed"),
+        (dict(seed=1.5), "seed"),
     ],
 )
 def test_bad_arguments(kwargs, match):

@@ -142,10 +142,11 @@ class AsyncRunner:
             collector_env_kwargs = loop.env_kwargs(dict(env_kwargs or {}))
             if seed is None:
                 seed = model.seed if model.seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
+            seed = check_int("seed", seed, minimum=0)
             setup = CollectorSetup(
                 num_collectors=num_collectors,
                 envs_per_collector=envs_per_collector,
-                seed=int(seed),
+                seed=seed,
                 policy=loop.policy,
                 weights_size=loop.weights_size,
                 writers=tuple(loop.writer(c) for c in range(num_collectors)),
