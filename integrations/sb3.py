@@ -31,6 +31,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
+from unilab_gym.validation import check_seed
 from unilab_gym.vector_env import UniLabVectorEnv
 
 __all__ = ["EnvMetricsCallback", "SB3VecEnv", "make_sb3_env"]
@@ -256,6 +257,11 @@ def make_sb3_env(
     )
     env: VecEnv = SB3VecEnv(venv)
     if seed is not None:
+        try:
+            seed = check_seed("seed", seed)
+        except ValueError:
+            venv.close()
+            raise
         env.action_space.seed(seed)
     env.seed(seed)
     return VecMonitor(env) if monitor else env

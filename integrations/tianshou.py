@@ -25,6 +25,7 @@ Importing this module imports Tianshou (and torch).
 from __future__ import annotations
 
 import copy
+import numbers
 from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
@@ -39,7 +40,7 @@ from tianshou.env import BaseVectorEnv
 
 from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
 from unilab_gym.replay import ReplayHandle, ReplayLayout, ReplayStorage
-from unilab_gym.validation import check_int, check_positive_int
+from unilab_gym.validation import check_positive_int, check_seed
 from unilab_gym.vector_env import UniLabVectorEnv
 
 __all__ = ["SharedVectorReplayBuffer", "TianshouVectorEnv", "make_tianshou_env"]
@@ -180,9 +181,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         mask[ids] = True
         seeds: list[int | None] | None = None
         if seed is not None:
-            per_env = (
-                [check_int("seed", seed, minimum=0)] * len(ids) if isinstance(seed, (int, np.integer)) else list(seed)
-            )
+            per_env = [check_seed("seed", seed)] * len(ids) if isinstance(seed, numbers.Number) else _seed_list(seed)
             if len(per_env) != len(ids):
                 raise ValueError(f"got {len(per_env)} seeds for {len(ids)} envs")
             seeds = [None] * self.env_num
@@ -250,11 +249,11 @@ class TianshouVectorEnv(BaseVectorEnv):
         self._assert_is_not_closed()
         if seed is None:
             seeds: list[int | None] = [None] * self.env_num
-        elif isinstance(seed, (int, np.integer)):
-            first = check_int("seed", seed, minimum=0)
+        elif isinstance(seed, numbers.Number):
+            first = check_seed("seed", seed)
             seeds = [first + i for i in range(self.env_num)]
         else:
-            seeds = list(seed)
+            seeds = _seed_list(seed)
         self.venv.reset(seed=seeds)  # validates the list
         for space, s in zip(self._action_spaces, seeds):
             space.seed(s)
@@ -542,3 +541,10 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
         super().__setstate__(state)
         if self._obs_shape is not None and self._act_dim is not None:  # move the data into a new shared block
             self._allocate(self._obs_shape, self._act_dim)
+
+
+def _seed_list(seed: Any) -> list[int | None]:
+    """A per-env seed list (its entries are checked by the env), or ``ValueError`` if ``seed`` is no sequence."""
+    if not isinstance(seed, (list, tuple, np.ndarray)):
+        raise ValueError(f"seed must be an int, a list of ints/None, or None; got {seed!r}")
+    return list(seed)

@@ -13,6 +13,7 @@ from unilab_gym.validation import (
     check_positive_int,
     check_real,
     check_real_array,
+    check_seed,
 )
 
 
@@ -81,3 +82,20 @@ def test_check_real_array_keeps_arrays_and_refuses_other_dtypes():
     for bad in (np.array(["a"]), np.array([1j]), np.array([None], dtype=object)):
         with pytest.raises(ValueError, match=rf"obs must hold real numbers .*, got dtype {bad.dtype}"):
             check_real_array("obs", bad)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, 2**63, "3", None])
+def test_check_seed_refuses_what_numpy_and_gymnasium_refuse(bad):
+    with pytest.raises(ValueError, match=r"seed must be an int >= 0"):
+        check_seed("seed", bad)
+
+
+def test_check_seed_accepts_numpy_ints():
+    assert check_seed("seed", np.uint64(2**63 - 1)) == 2**63 - 1 and type(check_seed("seed", np.int32(4))) is int
+
+
+def test_huge_ints_and_ragged_arrays_get_named_value_errors():
+    with pytest.raises(ValueError, match="dt must be a finite number"):
+        check_real("dt", 10**400)
+    with pytest.raises(ValueError, match="arr must be an array of real numbers"):
+        check_real_array("arr", [[1, 2], [3]])

@@ -59,7 +59,10 @@ def check_real(
     Raises:
         ValueError: not a real number (``bool`` is refused), NaN or infinite, or out of range.
     """
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    try:
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    except OverflowError:  # an int too large for a float, e.g. 10**400
+        ok = False
     if ok:
         out = float(value)
         if minimum is not None and (out <= minimum if exclusive_minimum else out < minimum):
@@ -72,6 +75,19 @@ def check_real(
         joined = " and".join(part for part in (low, high) if part)
         raise ValueError(f"{name} must be a finite number{joined}, got {value!r}")
     return out
+
+
+def check_seed(name: str, value: Any) -> int:
+    """``value`` as a seed: an ``int`` in ``[0, 2**63)`` (numpy integers accepted, ``bool`` refused).
+
+    Non-negative because numpy's ``SeedSequence`` and Gymnasium's ``np_random`` refuse negative seeds.
+
+    Raises:
+        ValueError: not an integer, negative, or ``>= 2**63``.
+    """
+    if not _is_int(value) or not 0 <= int(value) < 2**63:
+        raise ValueError(f"{name} must be an int >= 0 (and < 2**63), got {value!r}")
+    return int(value)
 
 
 def check_positive(name: str, value: Any) -> float:
@@ -89,7 +105,10 @@ def check_real_array(name: str, value: Any) -> np.ndarray:
     Raises:
         ValueError: the array's dtype is not bool, int or float (e.g. object, complex, str).
     """
-    arr = value if type(value) is np.ndarray else np.asarray(value)
+    try:
+        arr = value if type(value) is np.ndarray else np.asarray(value)
+    except (TypeError, ValueError) as error:  # ragged nested lists, objects numpy cannot convert
+        raise ValueError(f"{name} must be an array of real numbers, got {value!r} ({error})") from None
     if arr.dtype.kind not in REAL_DTYPE_KINDS:
         raise ValueError(f"{name} must hold real numbers (bool, int or float), got dtype {arr.dtype}")
     return arr

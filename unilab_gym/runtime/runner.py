@@ -33,7 +33,7 @@ import numpy as np
 from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics
 from unilab_gym.runtime.pool import CollectorSetup
 from unilab_gym.runtime.process_pool import ProcessCollectorPool
-from unilab_gym.validation import check_int, check_positive_int
+from unilab_gym.validation import check_int, check_positive_int, check_seed
 
 if TYPE_CHECKING:
     from unilab_gym.runtime.loop import LearnerLoop
@@ -142,7 +142,7 @@ class AsyncRunner:
             collector_env_kwargs = loop.env_kwargs(dict(env_kwargs or {}))
             if seed is None:
                 seed = model.seed if model.seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
-            seed = check_int("seed", seed, minimum=0)
+            seed = check_seed("seed", seed)
             setup = CollectorSetup(
                 num_collectors=num_collectors,
                 envs_per_collector=envs_per_collector,
