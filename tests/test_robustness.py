@@ -174,3 +174,36 @@ def test_train_ppo_dr_example_writes_model_stats_and_trace(tmp_path):
     header, records = read_jsonl(tmp_path / "ppo_dr_trace.jsonl")  # 128 steps per env: few or no finished episodes
     assert header["env"]["domain_randomization"]["friction"] == [0.4, 1.0]
     assert f"{len(records)} episodes in" in proc.stdout
+
+
+def test_cli_refuses_a_wrong_algo_and_bad_counts_with_a_usage_error(tmp_path, capsys):
+    from stable_baselines3 import PPO
+
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    venv = make_sb3_env("UniLab/Quadruped-v0", 1)
+    PPO("MlpPolicy", venv, n_steps=8, batch_size=8).save(tmp_path / "ppo")
+    venv.close()
+    base = ["--model", str(tmp_path / "ppo.zip"), "--grid", "friction=0.5:1:2", "--out", str(tmp_path / "r")]
+    for extra, message in (
+        (["--algo", "sac"], "saved by PPO: pass --algo ppo"),
+        (["--algo", "ppo", "--threads", "0"], "--threads"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(base + extra)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_play_refuses_a_non_positive_step_count(tmp_path):
+    from stable_baselines3 import PPO
+
+    from unilab_gym.cli.play import main as play
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    venv = make_sb3_env("UniLab/Quadruped-v0", 1)
+    PPO("MlpPolicy", venv, n_steps=8, batch_size=8).save(tmp_path / "ppo")
+    venv.close()
+    with pytest.raises(SystemExit, match="--steps must be a positive int, got -3"):
+        play([str(tmp_path / "ppo.zip"), "--steps", "-3", "--out", str(tmp_path / "x.gif")])
+    assert not (tmp_path / "x.gif").exists()

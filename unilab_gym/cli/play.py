@@ -59,11 +59,13 @@ def main(argv: list[str] | None = None) -> Path:
     """Run ``unilab-gym play`` (see the module docstring) and return the path of the video written.
 
     Raises:
-        SystemExit: no model at the given path, or ``--out`` is neither ``.mp4`` nor ``.gif``.
+        SystemExit: no model at the given path, ``--steps`` < 1, or ``--out`` is neither ``.mp4`` nor ``.gif``.
     """
     args = parse_args(argv)
     if not args.model.exists():
         raise SystemExit(f"no model at {args.model}")
+    if args.steps < 1:
+        raise SystemExit(f"--steps must be a positive int, got {args.steps}")
     out = args.out or args.model.with_suffix(".mp4")
     if out.suffix not in (".mp4", ".gif"):
         raise SystemExit(f"--out must end in .mp4 or .gif, got {out}")

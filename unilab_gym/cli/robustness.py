@@ -469,13 +469,21 @@ def _run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pa
     if args.model is None or args.algo is None or args.grid is None:
         parser.error("--model, --algo and --grid are required (or use --replay)")
     try:
-        for flag in ("episodes", "num_envs", "max_episode_steps"):
+        for flag in ("episodes", "num_envs", "max_episode_steps", "threads"):
             check_positive_int("--" + flag.replace("_", "-"), getattr(args, flag))
         axes = parse_grid(args.grid)
     except ValueError as exc:
         parser.error(str(exc))
     if not args.model.exists():
         parser.error(f"no model at {args.model}")
+    from unilab_gym.cli.play import algo_of
+
+    try:
+        saved = algo_of(args.model).__name__.lower()
+    except (ValueError, OSError) as exc:  # not an SB3 zip
+        parser.error(f"cannot read {args.model}: {exc}")
+    if saved != args.algo:
+        parser.error(f"--algo {args.algo}, but {args.model} was saved by {saved.upper()}: pass --algo {saved}")
     vecnormalize = args.vecnormalize or default_vecnormalize(args.model)
     _set_threads(args.threads)
     policy = load_policy(args.model, args.algo, vecnormalize)
