@@ -432,7 +432,9 @@ def test_on_policy_two_collectors_callbacks_logs_and_behaviour_policy(tmp_path, 
     lags = [int(float(r["unilab/policy_lag_max"])) for r in rows]  # one rollout per log: its lag
     assert len(lags) == rollouts and lags[0] == 0
     assert set(lags) <= {0, lag} and (max(lags) == lag)
-    # values and log-probs are the behaviour policy's: the weights of lag updates ago
+    # values and log-probs are the current (proximal) policy's, the learner's weights when the rollout is taken in;
+    # a rollout collected lag_k updates ago (behaviour policy: those weights) has its advantages weighted by
+    # pi_current / pi_behaviour (decoupled PPO); SB3's returns stay advantage + value, unweighted
     for k, (rollout, lag_k) in enumerate(zip(rec.rollouts, lags)):
         obs = torch.as_tensor(rollout["observations"].reshape(-1, 48))
         actions = torch.as_tensor(rollout["actions"].reshape(-1, 12))
@@ -443,11 +445,14 @@ def test_on_policy_two_collectors_callbacks_logs_and_behaviour_policy(tmp_path, 
                 values, log_probs, _ = model.policy.evaluate_actions(obs, actions)
             return values.numpy().ravel(), log_probs.numpy()
 
-        values, log_probs = evaluate(rec.policies[k - lag_k])
+        values, log_probs = evaluate(rec.policies[k])
         np.testing.assert_allclose(values, rollout["values"].ravel(), atol=1e-5)
         np.testing.assert_allclose(log_probs, rollout["log_probs"].ravel(), atol=1e-4)
-        if lag_k:  # and not the learner's newer weights
-            assert not np.allclose(evaluate(rec.policies[k])[1], rollout["log_probs"].ravel(), atol=1e-4)
+        unweighted = (rollout["returns"] - rollout["values"]).ravel()
+        weights = np.exp(log_probs - evaluate(rec.policies[k - lag_k])[1])
+        np.testing.assert_allclose(rollout["advantages"].ravel(), unweighted * weights, rtol=1e-4, atol=1e-5)
+        if lag_k:  # the behaviour policy really differs: the weights are not all 1
+            assert not np.allclose(weights, 1.0, atol=1e-4)
 
 
 def test_collector_failure_during_a_long_train_is_reported_within_1s(tmp_path):
