@@ -121,8 +121,8 @@ def test_single_env_matches_vector_env_index():
 
 
 def contact_rollout(num_envs, envs_per_cluster, steps, first_env=0):
-    """(steps, num_envs, 5) bool: foot contacts (FR, FL, RR, RL) and trunk contact of envs ``first_env``..,
-    seeded and fed as in a vector env of envs 0.. seeded SEED."""
+    """(steps, num_envs, 13) bool: foot contacts (FR, FL, RR, RL), trunk contact and thigh/calf contacts
+    (8) of envs ``first_env``.., seeded and fed as in a vector env of envs 0.. seeded SEED."""
     env = UniLabVectorEnv(num_envs, envs_per_cluster=envs_per_cluster, **TASK)
     acts = np.stack([env_actions(first_env + i, steps) for i in range(num_envs)], axis=1)
     env.reset(seed=SEED + first_env)
@@ -130,7 +130,7 @@ def contact_rollout(num_envs, envs_per_cluster, steps, first_env=0):
     for t in range(steps):
         env.step(acts[t])
         state = env.robot_state
-        out.append(np.concatenate([state.foot_contact, state.trunk_contact[:, None]], axis=1))
+        out.append(np.concatenate([state.foot_contact, state.trunk_contact[:, None], state.leg_contact], axis=1))
     env.close()
     return np.stack(out)
 
@@ -162,3 +162,14 @@ def test_repeated_runs_in_fresh_processes_are_identical():
     local = rollout(5, 2, 40)
     digests.add(hashlib.sha256(b"".join(np.ascontiguousarray(v).tobytes() for v in local.values())).hexdigest())
     assert len(digests) == 1
+
+
+GAIT_WEIGHTS = {"feet_air_time": 1.0, "base_height": -100.0, "orientation": -5.0, "collision": -1.0}
+
+
+def test_gait_terms_and_air_time_match_alone():
+    """Every gait term weighted (feet air time is state kept per env across steps): env i still matches alone."""
+    steps = 60
+    group = rollout(7, 3, steps, reward_weights=GAIT_WEIGHTS)
+    for i in (0, 3, 6):
+        assert_same(group, i, alone(i, steps, reward_weights=GAIT_WEIGHTS))

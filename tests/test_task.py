@@ -76,6 +76,19 @@ def test_observation_layout_is_documented_and_filled_in_order():
     np.testing.assert_allclose(out[:, slice(*L["last_action"])], -0.5)
 
 
+def gait_inputs(n, **overrides):
+    """Keyword arguments of ``task.reward_terms`` for the gait terms: upright at the target height, no touchdown."""
+    kw = dict(
+        projected_gravity=np.tile([0.0, 0.0, -1.0], (n, 1)),
+        base_height=np.full(n, 0.27),
+        touchdown_air_time=np.zeros((n, 4)),
+        leg_contact=np.zeros((n, 8), bool),
+        base_height_target=0.27,
+        feet_air_time_target=0.5,
+    )
+    return {**kw, **overrides}
+
+
 def test_reward_terms_perfect_tracking_and_penalties():
     n = 2
     w = task.RewardWeights()
@@ -83,7 +96,9 @@ def test_reward_terms_perfect_tracking_and_penalties():
     cmd = np.array([[0.5, 0.0, 0.1], [0.5, 0.0, 0.1]])
     lin = np.array([[0.5, 0.0, 0.0], [0.0, 0.0, 1.0]])  # env 0 tracks, env 1 stands and bounces
     ang = np.array([[0.0, 0.0, 0.1], [1.0, 1.0, 0.0]])
-    terms = task.reward_terms(lin, ang, cmd, np.zeros((n, 12)), np.zeros((n, 12)), np.zeros((n, 12)), w, dt)
+    terms = task.reward_terms(
+        lin, ang, cmd, np.zeros((n, 12)), np.zeros((n, 12)), np.zeros((n, 12)), w, dt, **gait_inputs(n)
+    )
     assert terms["tracking_lin_vel"][0] == pytest.approx(w.tracking_lin_vel * dt)
     assert terms["tracking_ang_vel"][0] == pytest.approx(w.tracking_ang_vel * dt)
     assert terms["tracking_lin_vel"][1] == pytest.approx(w.tracking_lin_vel * dt * np.exp(-0.25 / task.TRACKING_SIGMA))
@@ -93,7 +108,7 @@ def test_reward_terms_perfect_tracking_and_penalties():
     torques[1, 0] = 10.0
     action = np.zeros((n, 12))
     action[1, :] = 1.0
-    terms = task.reward_terms(lin, ang, cmd, torques, action, np.zeros((n, 12)), w, dt)
+    terms = task.reward_terms(lin, ang, cmd, torques, action, np.zeros((n, 12)), w, dt, **gait_inputs(n))
     assert terms["torques"][1] == pytest.approx(w.torques * dt * 100.0) and terms["torques"][0] == 0
     assert terms["action_rate"][1] == pytest.approx(w.action_rate * dt * 12.0)
     assert terms["alive"] == pytest.approx([w.alive * dt] * 2)

@@ -153,6 +153,10 @@ def test_reset_obs_and_step_contents(make):
         "torques",
         "action_rate",
         "alive",
+        "feet_air_time",
+        "base_height",
+        "orientation",
+        "collision",
     }
     np.testing.assert_allclose(sum(terms.values()), reward)
     assert (terms["torques"] < 0).all() and (terms["action_rate"] < 0).all()
@@ -200,10 +204,12 @@ def test_robot_state_foot_and_trunk_contact(make):
     env.reset(seed=0)
     state = env.robot_state
     assert state.foot_contact.shape == (3, 4) and state.foot_contact.dtype == np.bool_
+    assert state.leg_contact.shape == (3, 8) and state.leg_contact.dtype == np.bool_
     assert not state.foot_contact.any() and not state.trunk_contact.any()  # no physics step saw the new pose yet
     for _ in range(20):
         env.step(np.zeros((3, 12)))
     assert state.foot_contact.all() and not state.trunk_contact.any()  # standing on its four feet
+    assert not state.leg_contact.any()  # on its feet only: no thigh or calf touches the ground
     world = env._clusters[0][1]
     x, y, _ = state.base_pos[1]
     on_its_back = p.getQuaternionFromEuler([np.pi, 0.0, 0.0])
@@ -222,7 +228,7 @@ def test_robot_state_is_read_only_and_current(make):
     env = make(2)
     env.reset(seed=0)
     state = env.robot_state
-    for name in ("base_pos", "joint_pos", "torques", "foot_contact", "trunk_contact"):
+    for name in ("base_pos", "joint_pos", "torques", "foot_contact", "trunk_contact", "leg_contact"):
         with pytest.raises(ValueError, match="read-only"):
             getattr(state, name)[0] = 0
     before = state.joint_pos.copy()
@@ -364,7 +370,7 @@ def test_seed_list_with_none_keeps_that_env_stream(make):
     np.testing.assert_array_equal(obs[1], b.reset(seed=[None, 6])[0][1])
 
 
-@pytest.mark.parametrize("seed", [[1, 2], [1, 2, 3, 4], "7", [1, -2, 3], [1.5, 2, 3]])
+@pytest.mark.parametrize("seed", [[1, 2], [1, 2, 3, 4], "7", [1, -2, 3], [1.5, 2, 3], -1, 1.5, True, 2**63 - 2])
 def test_bad_seed_raises(make, seed):
     env = make(3)
     with pytest.raises(ValueError, match="seed"):

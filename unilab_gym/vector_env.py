@@ -13,6 +13,7 @@ One :meth:`UniLabVectorEnv.step` is five phases, each a private method::
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +34,7 @@ from unilab_gym.sim.world import ClusterWorld, RobotState
 from unilab_gym.tasks import quadruped as task
 from unilab_gym.tasks.config import QuadrupedConfig, check_task_kwargs
 from unilab_gym.trace import ParameterTrace, write_jsonl
-from unilab_gym.validation import check_int, check_positive_int
+from unilab_gym.validation import check_int, check_positive_int, check_seed
 
 #: Default robots per pybullet world; see README "Choosing envs_per_cluster" for the benchmark.
 DEFAULT_ENVS_PER_CLUSTER = 32
@@ -94,15 +95,17 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             :class:`~unilab_gym.tasks.config.QuadrupedConfig` (``max_episode_steps``, ``dt``,
             ``substeps``, ``kp``, ``kd``, ``action_scale``, ``solver_iterations``,
             ``lin_vel_x_range``, ``lin_vel_y_range``, ``yaw_rate_range``, ``reward_weights``,
+            ``base_height_target``, ``feet_air_time_target``,
             ``termination``, ``init_joint_noise``, ``domain_randomization``), each with its default.
 
     Attributes:
         config: the :class:`~unilab_gym.tasks.config.QuadrupedConfig` of ``task_kwargs``.
         task_config: ``config.to_dict()``, the arguments that determine the trajectories, JSON-able:
             ``UniLabVectorEnv(n, **env.task_config)`` makes envs that follow the same ones.
-        max_episode_steps, dt, substeps, control_dt, action_scale, reward_weights, termination,
-            init_joint_noise, domain_randomization: the values of :attr:`config` (``control_dt`` =
-            ``dt * substeps`` s); ``max_episode_steps`` may be changed with :meth:`set_attr`.
+        max_episode_steps: the value of :attr:`config`; may be changed with :meth:`set_attr`.
+        dt, substeps, control_dt, action_scale: the values of :attr:`config` (``control_dt`` =
+            ``dt * substeps`` s).
+        reward_weights, termination, init_joint_noise, domain_randomization: the values of :attr:`config`.
         kp, kd, torque_limits: (N, 12) float64, the PD gains and torque limits of each env's
             current episode (nominal values times its ``kp_factor``, ``kd_factor``,
             ``motor_strength``; rewritten at each reset of that env).
@@ -217,6 +220,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self.episode_seed = np.zeros(n, dtype=np.int64)
         self._obs = np.zeros((n, task.OBS_DIM), dtype=np.float32)
         self._last_action = np.zeros((n, task.ACT_DIM))
+        self._feet_air_time = np.zeros((n, len(a1.FOOT_LINK_NAMES)))
         self._autoreset_envs = np.zeros(n, dtype=bool)
         self._env_rngs: list[np.random.Generator | None] = [None] * n
         self._needs_reset = True
@@ -231,10 +235,22 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         :class:`~unilab_gym.sim.world.RobotState`): ``base_pos`` (N, 3) m and ``base_quat`` (N, 4) xyzw,
         world frame; ``lin_vel`` (N, 3) m/s and ``ang_vel`` (N, 3) rad/s, world frame; ``joint_pos``
         (N, 12) rad; ``joint_vel`` (N, 12) rad/s; ``torques`` (N, 12) N·m applied during the last
-        substep; ``trunk_contact`` (N,) bool; ``foot_contact`` (N, 4) bool, feet FR, FL, RR, RL. After
+        substep; ``trunk_contact`` (N,) bool; ``foot_contact`` (N, 4) bool, feet FR, FL, RR, RL;
+        ``leg_contact`` (N, 8) bool, thighs and calves (FR thigh, FR calf, FL thigh, ...). After
         an env's reset, before its first step, its torques are 0 and its contact flags ``False``.
         """
         return self._state_view
+
+    @property
+    def feet_air_time(self) -> np.ndarray:
+        """(N, 4) float64, read-only copy: each foot's time in the air in s (0 while in contact), feet FR, FL, RR, RL.
+
+        It grows by ``control_dt`` every step a foot is off the ground, is cleared when the foot touches it, and
+        starts at 0 with every episode (see :func:`~unilab_gym.tasks.quadruped.feet_air_time`).
+        """
+        out = self._feet_air_time.copy()
+        out.flags.writeable = False
+        return out
 
     # ------------------------------------------------------------------ Gymnasium API
     def reset(
@@ -439,10 +455,26 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         previous_action = self._last_action
         self._last_action = action
         self._last_action[restarting] = 0.0
-        lin_b, ang_b = self._compute_obs()
+        lin_b, ang_b, gravity = self._compute_obs()
         state = self._state
+        self._feet_air_time, touchdown = task.feet_air_time(self._feet_air_time, state.foot_contact, self.control_dt)
+        self._feet_air_time[restarting] = 0.0
+        config = self.config
         terms = task.reward_terms(
-            lin_b, ang_b, self.command, state.torques, action, previous_action, self.reward_weights, self.control_dt
+            lin_b,
+            ang_b,
+            self.command,
+            state.torques,
+            action,
+            previous_action,
+            self.reward_weights,
+            self.control_dt,
+            projected_gravity=gravity,
+            base_height=state.base_pos[:, 2],
+            touchdown_air_time=touchdown,
+            leg_contact=state.leg_contact,
+            base_height_target=config.base_height_target,
+            feet_air_time_target=config.feet_air_time_target,
         )
         conditions = task.fall_conditions(state.base_pos[:, 2], state.base_quat, state.trunk_contact, self.termination)
         terminated: np.ndarray = np.logical_or.reduce(conditions, axis=1)
@@ -451,7 +483,9 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         truncated[restarting] = False
         for value in terms.values():
             value[restarting] = 0.0
-        reward = np.sum(list(terms.values()), axis=0)
+        reward = np.zeros(self.num_envs)
+        for value in terms.values():  # in order, one term at a time: np.sum's pairwise sum would depend on N
+            reward += value
         return reward, terms, terminated, truncated, conditions
 
     def _record(self, reward: np.ndarray, done: np.ndarray, terminated: np.ndarray, conditions: np.ndarray) -> None:
@@ -509,12 +543,13 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
     def _seed_list(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
         if seed is None:
             return [None] * self.num_envs
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            return [int(seed) + i for i in range(self.num_envs)]
         if isinstance(seed, (list, tuple, np.ndarray)):
             if len(seed) != self.num_envs:
                 raise ValueError(f"seed list has length {len(seed)}, expected num_envs={self.num_envs}")
-            return [None if s is None else check_int(f"seed[{i}]", s, minimum=0) for i, s in enumerate(seed)]
+            return [None if s is None else check_seed(f"seed[{i}]", s) for i, s in enumerate(seed)]
+        if isinstance(seed, numbers.Number):
+            first = check_seed("seed", seed)  # env i gets first + i, which must be a seed too
+            return [check_seed("seed + num_envs - 1", first + i) if i else first for i in range(self.num_envs)]
         raise ValueError(f"seed must be an int, a list of {self.num_envs} ints/None, or None; got {seed!r}")
 
     def _validate_actions(self, actions: Any) -> np.ndarray:
@@ -595,6 +630,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
                 world.reset_robots(local, lanes[inside], joint_pos[inside])
         self.episode_step[idx] = 0
         self._last_action[idx] = 0.0
+        self._feet_air_time[idx] = 0.0
         self._episode_index[idx] += 1
         self._episode_return[idx] = 0.0
         self._episode_recorded[idx] = False
@@ -620,8 +656,8 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             if mask[rows].any():
                 world.read_state()
 
-    def _compute_obs(self) -> tuple[np.ndarray, np.ndarray]:
-        """Refresh ``self._obs``; return base-frame linear and angular velocities (N, 3)."""
+    def _compute_obs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Refresh ``self._obs``; return base-frame linear and angular velocities and projected gravity (N, 3)."""
         s = self._state
         return task.observation(
             s.base_quat,

@@ -27,6 +27,12 @@ JOINT_NAMES: tuple[str, ...] = tuple(
 #: URDF names of the four foot links (the toe spheres), in leg order FR, FL, RR, RL.
 FOOT_LINK_NAMES: tuple[str, ...] = tuple(f"{leg}_toe" for leg in ("FR", "FL", "RR", "RL"))
 
+#: URDF names of the thigh and calf links (``*_upper``, ``*_lower``), in leg order FR, FL, RR, RL: the
+#: links whose ground contact legged_gym's A1 config penalizes (``penalize_contacts_on = ["thigh", "calf"]``).
+LEG_LINK_NAMES: tuple[str, ...] = tuple(
+    f"{leg}_{part}" for leg in ("FR", "FL", "RR", "RL") for part in ("upper", "lower")
+)
+
 #: Nominal standing pose in rad, in joint order. Source: legged_gym's A1 config
 #: (``a1_config.py``, Rudin et al. 2022, "Learning to Walk in Minutes Using Massively
 #: Parallel Deep RL"): hip ±0.1, thigh 0.8 (front) / 1.0 (rear), calf -1.5.

@@ -103,6 +103,9 @@ class RobotState:
     """(n,) bool: the trunk touches the ground."""
     foot_contact: np.ndarray
     """(n, 4) bool: each foot touches the ground, columns FR, FL, RR, RL (:data:`unilab_gym.sim.a1.FOOT_LINK_NAMES`)."""
+    leg_contact: np.ndarray
+    """(n, 8) bool: each thigh and calf touches the ground, columns FR thigh, FR calf, FL thigh, ...
+    (:data:`unilab_gym.sim.a1.LEG_LINK_NAMES`)."""
     torques: np.ndarray
     """(n, 12) joint torques in N·m: the PD torques applied during the last substep (0 after a reset)."""
 
@@ -119,6 +122,7 @@ class RobotState:
             joint_vel=np.zeros((n, j)),
             trunk_contact=np.zeros(n, dtype=bool),
             foot_contact=np.zeros((n, len(a1.FOOT_LINK_NAMES)), dtype=bool),
+            leg_contact=np.zeros((n, len(a1.LEG_LINK_NAMES)), dtype=bool),
             torques=np.zeros((n, j)),
         )
 
@@ -201,6 +205,7 @@ class ClusterWorld:
         # contact flags of one world, as (robot, link index + 1): column 0 is the trunk (link -1)
         self._contact_hits = np.zeros((num_robots, len(link_names) + 1), dtype=bool)
         self._foot_columns = [link_names.index(n) + 1 for n in a1.FOOT_LINK_NAMES]
+        self._leg_columns = [link_names.index(n) + 1 for n in a1.LEG_LINK_NAMES]
         self._row_of_body = np.full(max(self._robots) + 1, -1, dtype=np.int64)
         self._row_of_body[self._robots] = np.arange(num_robots)
         self._fresh = np.zeros(num_robots, dtype=bool)  # reset since the last physics step
@@ -323,8 +328,8 @@ class ClusterWorld:
     def read_state(self) -> None:
         """Refresh every state array from the physics world.
 
-        The contact flags come from one ``getContactPoints`` call for the whole world (every
-        robot-ground contact of the last physics step), not one call per robot.
+        The contact flags (trunk, feet, thighs and calves) come from one ``getContactPoints`` call for
+        the whole world (every robot-ground contact of the last physics step), not one call per robot.
         """
         c = self._client
         st = self.state
@@ -346,6 +351,7 @@ class ClusterWorld:
         hits[self._fresh] = False
         st.trunk_contact[:] = hits[:, 0]
         st.foot_contact[:] = hits[:, self._foot_columns]
+        st.leg_contact[:] = hits[:, self._leg_columns]
 
     def render(self, robot: int, width: int, height: int) -> np.ndarray:
         """An RGB frame (height, width, 3) uint8 of a camera following robot ``robot``."""

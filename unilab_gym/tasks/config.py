@@ -57,6 +57,10 @@ class QuadrupedConfig:
     """(low, high) of the yaw rate command in rad/s."""
     reward_weights: RewardWeights = field(default_factory=RewardWeights)
     """Weights of the reward terms (a dict overrides the defaults of :class:`RewardWeights`)."""
+    base_height_target: float = 0.25
+    """Base height in m the ``base_height`` reward term pulls toward, > 0 (legged_gym A1 ``base_height_target``)."""
+    feet_air_time_target: float = 0.5
+    """Air time in s over which a touchdown makes ``feet_air_time`` positive, >= 0 (legged_gym 0.5)."""
     termination: TerminationConfig = field(default_factory=TerminationConfig)
     """When a robot has fallen (a dict overrides the defaults of :class:`TerminationConfig`)."""
     init_joint_noise: float = 0.05
@@ -78,6 +82,8 @@ class QuadrupedConfig:
             "lin_vel_y_range": _range("lin_vel_y_range", self.lin_vel_y_range),
             "yaw_rate_range": _range("yaw_rate_range", self.yaw_rate_range),
             "reward_weights": _overrides("reward_weights", RewardWeights, self.reward_weights),
+            "base_height_target": check_positive("base_height_target", self.base_height_target),
+            "feet_air_time_target": check_real("feet_air_time_target", self.feet_air_time_target, minimum=0.0),
             "termination": _overrides("termination", TerminationConfig, self.termination),
             "init_joint_noise": check_real("init_joint_noise", self.init_joint_noise, minimum=0.0),
             "domain_randomization": (

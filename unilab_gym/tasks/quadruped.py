@@ -40,16 +40,41 @@ _GRAVITY_DIRECTION = np.array([0.0, 0.0, -1.0])
 
 #: Width (variance) of the exponential tracking kernels, in (m/s)^2 and (rad/s)^2 (legged_gym ``tracking_sigma``).
 TRACKING_SIGMA = 0.25
+#: Planar command speed in m/s at or under which ``feet_air_time`` is 0 (legged_gym ``_reward_feet_air_time``).
+AIR_TIME_MIN_COMMAND = 0.1
 
 
 @dataclass(frozen=True)
 class RewardWeights:
     """Weights of the reward terms, per second of simulated time (legged_gym convention).
 
-    ``tracking_lin_vel``: exp(-|cmd_xy - v_xy|^2 / 0.25). ``tracking_ang_vel``: exp(-(cmd_yaw - w_z)^2 / 0.25).
-    ``lin_vel_z``: v_z^2 (m/s)^2. ``ang_vel_xy``: w_x^2 + w_y^2 (rad/s)^2. ``torques``: sum tau^2 (N·m)^2.
-    ``action_rate``: sum (a_t - a_{t-1})^2. ``alive``: 1 per step.
-    Defaults are legged_gym's A1 values, plus a small alive bonus.
+    Each term's raw value (below) is multiplied by its weight and by the control period ``dt`` (s):
+
+    ======================  ========================================================================  ==========
+    term                    raw value                                                                 unit
+    ======================  ========================================================================  ==========
+    ``tracking_lin_vel``    ``exp(-|cmd_xy - v_xy|^2 / 0.25)``                                        1
+    ``tracking_ang_vel``    ``exp(-(cmd_yaw - w_z)^2 / 0.25)``                                        1
+    ``lin_vel_z``           ``v_z^2``                                                                 (m/s)^2
+    ``ang_vel_xy``          ``w_x^2 + w_y^2``                                                         (rad/s)^2
+    ``torques``             ``sum_j tau_j^2``                                                         (N·m)^2
+    ``action_rate``         ``sum_j (a_t - a_{t-1})_j^2``                                             1
+    ``alive``               ``1``                                                                     1
+    ``feet_air_time``       ``sum_feet (t_air - feet_air_time_target)`` over the feet touching down   s
+                            this step (``t_air``: their time in the air), 0 when ``|cmd_xy|`` <=
+                            0.1 m/s (:func:`feet_air_time`)
+    ``base_height``         ``(h - base_height_target)^2``, ``h`` the base height above the ground    m^2
+    ``orientation``         ``g_x^2 + g_y^2``, ``g`` the unit gravity vector in the base frame        1
+    ``collision``           number of thigh and calf links touching the ground (0 to 8)               1
+    ======================  ========================================================================  ==========
+
+    Source of every term but ``alive``: legged_gym (Rudin et al. 2022), ``legged_robot.py``
+    (``_reward_tracking_lin_vel``, ..., ``_reward_feet_air_time``, ``_reward_base_height``,
+    ``_reward_orientation``, ``_reward_collision``). The first seven defaults are legged_gym's A1
+    values plus a small alive bonus (the only terms before issue 15, see the changelog); the last four are
+    chosen so that stock PPO learns a trotting gait at the nominal height within 700k env steps
+    (``docs/env.md``). ``RewardWeights(feet_air_time=0, base_height=0, orientation=0, collision=0)``
+    gives the earlier reward.
 
     Raises:
         ValueError: a weight that is not a finite real number, naming it.
@@ -62,6 +87,10 @@ class RewardWeights:
     torques: float = -0.0002
     action_rate: float = -0.01
     alive: float = 0.1
+    feet_air_time: float = 0.0
+    base_height: float = 0.0
+    orientation: float = 0.0
+    collision: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -98,19 +127,23 @@ def observation(
     joint_vel: np.ndarray,
     last_action: np.ndarray,
     out: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Write the (N, 48) float32 observation into ``out``, column ranges :data:`OBS_LAYOUT`.
 
     Args:
         base_quat: (N, 4) xyzw unit quaternions, base -> world.
-        lin_vel_world, ang_vel_world: (N, 3) base velocities in m/s and rad/s, world frame.
+        lin_vel_world: (N, 3) base linear velocity in m/s, world frame.
+        ang_vel_world: (N, 3) base angular velocity in rad/s, world frame.
         command: (N, 3) (vx m/s, vy m/s, yaw rate rad/s).
-        joint_pos, nominal_joint_pos: (N, 12) rad. joint_vel: (N, 12) rad/s.
+        joint_pos: (N, 12) rad.
+        nominal_joint_pos: (N, 12) rad.
+        joint_vel: (N, 12) rad/s.
         last_action: (N, 12) the clipped action of the previous step.
         out: (N, 48) float32, written in place.
 
     Returns:
-        The base-frame linear and angular velocities (N, 3) float64, for the reward.
+        The base-frame linear and angular velocities and the projected gravity, each (N, 3) float64, for
+        the reward.
     """
     n = base_quat.shape[0]
     lin_b = quat_rotate_inverse(base_quat, lin_vel_world)
@@ -124,7 +157,30 @@ def observation(
     out[:, cols["joint_pos"]] = joint_pos - nominal_joint_pos
     out[:, cols["joint_vel"]] = joint_vel
     out[:, cols["last_action"]] = last_action
-    return lin_b, ang_b
+    return lin_b, ang_b, gravity
+
+
+def feet_air_time(air_time: np.ndarray, foot_contact: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:
+    """Advance each foot's time in the air by one control step.
+
+    legged_gym's ``_reward_feet_air_time`` bookkeeping (Rudin et al. 2022): a foot's air time grows by
+    ``dt`` every step and is cleared when the foot touches the ground; a foot that touches the ground
+    after at least one step in the air *touches down* with its air time (including this step).
+    legged_gym also counts a foot in contact if it was in contact the step before (a filter for PhysX's
+    contact reports); pybullet's contact points need no such filter, so none is applied.
+
+    Args:
+        air_time: (N, F) float64, each foot's time in the air in s before this step (0 while in contact).
+        foot_contact: (N, F) bool, each foot touches the ground after this step.
+        dt: the control period in s.
+
+    Returns:
+        ``(air_time, touchdown)``: the new (N, F) air times (a new array), and (N, F) float64 holding
+        the air time in s of each foot that touches down this step, 0 for the others.
+    """
+    grown = air_time + dt
+    touchdown = np.where(foot_contact & (air_time > 0.0), grown, 0.0)
+    return np.where(foot_contact, 0.0, grown), touchdown
 
 
 def reward_terms(
@@ -136,13 +192,40 @@ def reward_terms(
     last_action: np.ndarray,
     weights: RewardWeights,
     dt: float,
+    *,
+    projected_gravity: np.ndarray,
+    base_height: np.ndarray,
+    touchdown_air_time: np.ndarray,
+    leg_contact: np.ndarray,
+    base_height_target: float,
+    feet_air_time_target: float,
 ) -> dict[str, np.ndarray]:
-    """Weighted reward terms, each (N,) float64, already multiplied by ``weight * dt``.
+    """Weighted reward terms, each (N,) float64, already multiplied by ``weight * dt`` (see :class:`RewardWeights`).
 
-    The step reward is the sum of the returned terms.
+    Args:
+        lin_vel_base: (N, 3) base linear velocity in m/s, base frame.
+        ang_vel_base: (N, 3) base angular velocity in rad/s, base frame.
+        command: (N, 3) (vx m/s, vy m/s, yaw rate rad/s).
+        torques: (N, 12) N·m.
+        action: (N, 12) this step's clipped action.
+        last_action: (N, 12) the previous step's clipped action.
+        weights: the weight of each term, per second.
+        dt: the control period in s.
+        projected_gravity: (N, 3) unit gravity vector in the base frame.
+        base_height: (N,) base height above the ground in m.
+        touchdown_air_time: (N, 4) air time in s of the feet touching down this step, else 0
+            (:func:`feet_air_time`).
+        leg_contact: (N, 8) bool, thigh and calf links touching the ground.
+        base_height_target: m.
+        feet_air_time_target: s.
+
+    Returns:
+        One (N,) float64 array per field of :class:`RewardWeights`, in field order; the step reward is their sum.
     """
     lin_err = np.sum((command[:, :2] - lin_vel_base[:, :2]) ** 2, axis=1)
     yaw_err = (command[:, 2] - ang_vel_base[:, 2]) ** 2
+    moving = np.hypot(command[:, 0], command[:, 1]) > AIR_TIME_MIN_COMMAND
+    air = np.sum(np.where(touchdown_air_time > 0.0, touchdown_air_time - feet_air_time_target, 0.0), axis=1)
     raw = {
         "tracking_lin_vel": np.exp(-lin_err / TRACKING_SIGMA),
         "tracking_ang_vel": np.exp(-yaw_err / TRACKING_SIGMA),
@@ -151,6 +234,10 @@ def reward_terms(
         "torques": np.sum(torques**2, axis=1),
         "action_rate": np.sum((action - last_action) ** 2, axis=1),
         "alive": np.ones(lin_vel_base.shape[0]),
+        "feet_air_time": np.where(moving, air, 0.0),
+        "base_height": (base_height - base_height_target) ** 2,
+        "orientation": np.sum(projected_gravity[:, :2] ** 2, axis=1),
+        "collision": np.sum(leg_contact, axis=1, dtype=np.float64),
     }
     return {name: value * (getattr(weights, name) * dt) for name, value in raw.items()}
 
