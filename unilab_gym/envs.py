@@ -44,7 +44,6 @@ class QuadrupedEnv(gym.Env):
         self.metadata = {"render_modes": ["rgb_array"], "render_fps": self._vec.metadata["render_fps"]}
         self.observation_space = self._vec.single_observation_space
         self.action_space = self._vec.single_action_space
-        self._done = False
 
     @property
     def vector_env(self) -> UniLabVectorEnv:
@@ -62,7 +61,6 @@ class QuadrupedEnv(gym.Env):
         """
         super().reset(seed=seed)
         obs, info = self._vec.reset(seed=seed, options=options)
-        self._done = False
         parameters = {k: v[0].item() for k, v in info["parameters"].items() if not k.startswith("_")}
         return obs[0], {
             "command": info["command"][0].copy(),
