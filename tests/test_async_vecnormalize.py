@@ -57,10 +57,9 @@ def test_ppo_statistics_merge_to_the_single_stream_of_what_collectors_stepped(tm
     else:
         assert steps + 8 <= merged + 1e-6 <= stepped + 1e-6
     # the merged statistics equal one stream over the same data (in the order the collectors stepped it)
-    reference = RunningMeanStd(shape=(48,))
-    data = np.concatenate([r.reshape(-1, 48) for r in recorded]).astype(np.float64)
     if lag == 0:
-        reference.update(data)
+        reference = RunningMeanStd(shape=(48,))
+        reference.update(np.concatenate([r.reshape(-1, 48) for r in recorded]).astype(np.float64))
         np.testing.assert_allclose(vn.obs_rms.mean, reference.mean, rtol=0, atol=1e-6)
         np.testing.assert_allclose(vn.obs_rms.var, reference.var, rtol=0, atol=1e-6)
     assert np.all(vn.obs_rms.var > 0)
