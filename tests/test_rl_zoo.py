@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -10,7 +11,10 @@ import yaml
 
 import unilab_gym.hyperparams as hyperparams
 
-pytest.importorskip("rl_zoo3")
+# rl-zoo3 runs in a subprocess only: importing it here would patch gymnasium's TimeLimit for
+# every later test of this process (rl_zoo3.gym_patches adds "TimeLimit.truncated" to infos).
+if importlib.util.find_spec("rl_zoo3") is None:
+    pytest.skip("rl_zoo3 is not installed", allow_module_level=True)
 
 
 @pytest.mark.parametrize("algo", hyperparams.ALGOS)
