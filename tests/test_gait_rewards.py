@@ -13,7 +13,13 @@ from unilab_gym.tasks.config import QuadrupedConfig
 DT = 0.02
 #: The task kwargs that give the reward (and everything else) of the defaults before issue 15.
 OLD_DEFAULTS = {
-    "reward_weights": {"feet_air_time": 0.0, "base_height": 0.0, "orientation": 0.0, "collision": 0.0},
+    "reward_weights": {
+        "tracking_lin_vel": 1.0,
+        "feet_air_time": 0.0,
+        "base_height": 0.0,
+        "orientation": 0.0,
+        "collision": 0.0,
+    },
 }
 #: sha256 of the (60, 3) float64 rewards of :func:`_old_rollout`, computed with the code before issue 15.
 OLD_REWARD_DIGEST = "e8deb1993b8a3150d4a6577799425c4bd04daf92e095c81687086722e06f838c"
@@ -28,6 +34,7 @@ def _terms(n=2, cmd=(0.5, 0.0, 0.0), weights=None, **gait):
         leg_contact=np.zeros((n, 8), bool),
         base_height_target=0.27,
         feet_air_time_target=0.5,
+        feet_air_time_max=1000.0,
     )
     kw.update(gait)
     zeros3, zeros12 = np.zeros((n, 3)), np.zeros((n, 12))
@@ -75,6 +82,9 @@ def test_feet_air_time_term_only_at_touchdown_and_only_when_commanded_to_move():
     np.testing.assert_array_equal(no_touchdown["feet_air_time"], 0.0)
     lower_target = _terms(touchdown_air_time=touchdown, feet_air_time_target=0.25)
     np.testing.assert_allclose(lower_target["feet_air_time"], [0.9 * DT, -0.2 * DT])
+    capped = _terms(touchdown_air_time=touchdown, feet_air_time_target=0.1, feet_air_time_max=0.3)
+    # each touchdown counts at most 0.3 s of air time: (0.3 - 0.1) * 2 feet; (0.1 - 0.1) + (0.2 - 0.1)
+    np.testing.assert_allclose(capped["feet_air_time"], [0.4 * DT, 0.1 * DT])
 
 
 def test_base_height_orientation_and_collision_terms():
@@ -105,6 +115,7 @@ def test_every_weight_is_a_term_in_field_order():
         ({"base_height_target": float("nan")}, "base_height_target"),
         ({"feet_air_time_target": -0.1}, "feet_air_time_target"),
         ({"feet_air_time_target": True}, "feet_air_time_target"),
+        ({"feet_air_time_max": 0.0}, "feet_air_time_max"),
         ({"reward_weights": {"collision": "a lot"}}, "collision"),
     ],
 )

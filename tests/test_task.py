@@ -85,6 +85,7 @@ def gait_inputs(n, **overrides):
         leg_contact=np.zeros((n, 8), bool),
         base_height_target=0.27,
         feet_air_time_target=0.5,
+        feet_air_time_max=1000.0,
     )
     return {**kw, **overrides}
 

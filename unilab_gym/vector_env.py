@@ -95,7 +95,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             :class:`~unilab_gym.tasks.config.QuadrupedConfig` (``max_episode_steps``, ``dt``,
             ``substeps``, ``kp``, ``kd``, ``action_scale``, ``solver_iterations``,
             ``lin_vel_x_range``, ``lin_vel_y_range``, ``yaw_rate_range``, ``reward_weights``,
-            ``base_height_target``, ``feet_air_time_target``,
+            ``base_height_target``, ``feet_air_time_target``, ``feet_air_time_max``,
             ``termination``, ``init_joint_noise``, ``domain_randomization``), each with its default.
 
     Attributes:
@@ -475,6 +475,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             leg_contact=state.leg_contact,
             base_height_target=config.base_height_target,
             feet_air_time_target=config.feet_air_time_target,
+            feet_air_time_max=config.feet_air_time_max,
         )
         conditions = task.fall_conditions(state.base_pos[:, 2], state.base_quat, state.trunk_contact, self.termination)
         terminated: np.ndarray = np.logical_or.reduce(conditions, axis=1)

@@ -57,10 +57,16 @@ class QuadrupedConfig:
     """(low, high) of the yaw rate command in rad/s."""
     reward_weights: RewardWeights = field(default_factory=RewardWeights)
     """Weights of the reward terms (a dict overrides the defaults of :class:`RewardWeights`)."""
-    base_height_target: float = 0.25
-    """Base height in m the ``base_height`` reward term pulls toward, > 0 (legged_gym A1 ``base_height_target``)."""
-    feet_air_time_target: float = 0.5
-    """Air time in s over which a touchdown makes ``feet_air_time`` positive, >= 0 (legged_gym 0.5)."""
+    base_height_target: float = 0.27
+    """Base height in m the ``base_height`` reward term pulls toward, > 0: the A1's nominal standing height
+    (0.269 m measured by ``evaluate_gait``; legged_gym's A1 ``base_height_target`` is 0.25)."""
+    feet_air_time_target: float = 0.25
+    """Air time in s over which a touchdown makes ``feet_air_time`` positive, >= 0 (legged_gym 0.5; with 0.5 every
+    step of the A1's short strides costs reward and dragging a foot pays best, see ``docs/env.md``)."""
+    feet_air_time_max: float = 1000.0
+    """Air time in s at which a touchdown's ``feet_air_time`` stops growing, > 0. The default (longer than any
+    episode) is no cap, as in legged_gym; a cap of a stride's swing (e.g. 0.3 s) stops the term from paying for a
+    foot held up, which with ``action_scale`` 0.5 stock PPO learned (a three-legged limp, ``docs/env.md``)."""
     termination: TerminationConfig = field(default_factory=TerminationConfig)
     """When a robot has fallen (a dict overrides the defaults of :class:`TerminationConfig`)."""
     init_joint_noise: float = 0.05
@@ -84,6 +90,7 @@ class QuadrupedConfig:
             "reward_weights": _overrides("reward_weights", RewardWeights, self.reward_weights),
             "base_height_target": check_positive("base_height_target", self.base_height_target),
             "feet_air_time_target": check_real("feet_air_time_target", self.feet_air_time_target, minimum=0.0),
+            "feet_air_time_max": check_positive("feet_air_time_max", self.feet_air_time_max),
             "termination": _overrides("termination", TerminationConfig, self.termination),
             "init_joint_noise": check_real("init_joint_noise", self.init_joint_noise, minimum=0.0),
             "domain_randomization": (

@@ -60,9 +60,9 @@ class RewardWeights:
     ``torques``             ``sum_j tau_j^2``                                                         (N·m)^2
     ``action_rate``         ``sum_j (a_t - a_{t-1})_j^2``                                             1
     ``alive``               ``1``                                                                     1
-    ``feet_air_time``       ``sum_feet (t_air - feet_air_time_target)`` over the feet touching down   s
-                            this step (``t_air``: their time in the air), 0 when ``|cmd_xy|`` <=
-                            0.1 m/s (:func:`feet_air_time`)
+    ``feet_air_time``       ``sum_feet (min(t_air, feet_air_time_max) - feet_air_time_target)`` over   s
+                            the feet touching down this step (``t_air``: their time in the air), 0
+                            when ``|cmd_xy|`` <= 0.1 m/s (:func:`feet_air_time`)
     ``base_height``         ``(h - base_height_target)^2``, ``h`` the base height above the ground    m^2
     ``orientation``         ``g_x^2 + g_y^2``, ``g`` the unit gravity vector in the base frame        1
     ``collision``           number of thigh and calf links touching the ground (0 to 8)               1
@@ -70,26 +70,28 @@ class RewardWeights:
 
     Source of every term but ``alive``: legged_gym (Rudin et al. 2022), ``legged_robot.py``
     (``_reward_tracking_lin_vel``, ..., ``_reward_feet_air_time``, ``_reward_base_height``,
-    ``_reward_orientation``, ``_reward_collision``). The first seven defaults are legged_gym's A1
-    values plus a small alive bonus. The last four default to 0 (off): the reward is the one before
-    they existed; weights that make stock PPO trot at the nominal height are being tuned (issue 15,
-    ``docs/env.md``), pass them with ``reward_weights={...}``.
+    ``_reward_orientation``, ``_reward_collision``); the cap ``feet_air_time_max`` is ours (legged_gym has
+    none). Defaults (issue 15, measured in ``docs/env.md``): legged_gym's A1 weights for ``tracking_ang_vel``,
+    ``lin_vel_z``, ``ang_vel_xy``, ``torques``, ``action_rate``, ``feet_air_time`` and ``collision``, plus a small
+    ``alive`` bonus; ``tracking_lin_vel`` 2 (legged_gym 1), ``base_height`` -50 and ``orientation`` -2 (legged_gym
+    0 for both). The reward before issue 15 is ``RewardWeights(tracking_lin_vel=1, feet_air_time=0,
+    base_height=0, orientation=0, collision=0)``.
 
     Raises:
         ValueError: a weight that is not a finite real number, naming it.
     """
 
-    tracking_lin_vel: float = 1.0
+    tracking_lin_vel: float = 2.0
     tracking_ang_vel: float = 0.5
     lin_vel_z: float = -2.0
     ang_vel_xy: float = -0.05
     torques: float = -0.0002
     action_rate: float = -0.01
     alive: float = 0.1
-    feet_air_time: float = 0.0
-    base_height: float = 0.0
-    orientation: float = 0.0
-    collision: float = 0.0
+    feet_air_time: float = 1.0
+    base_height: float = -50.0
+    orientation: float = -2.0
+    collision: float = -1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -198,6 +200,7 @@ def reward_terms(
     leg_contact: np.ndarray,
     base_height_target: float,
     feet_air_time_target: float,
+    feet_air_time_max: float,
 ) -> dict[str, np.ndarray]:
     """Weighted reward terms, each (N,) float64, already multiplied by ``weight * dt`` (see :class:`RewardWeights`).
 
@@ -217,6 +220,7 @@ def reward_terms(
         leg_contact: (N, 8) bool, thigh and calf links touching the ground.
         base_height_target: m.
         feet_air_time_target: s.
+        feet_air_time_max: s, the cap on each touchdown's air time.
 
     Returns:
         One (N,) float64 array per field of :class:`RewardWeights`, in field order; the step reward is their sum.
@@ -224,7 +228,8 @@ def reward_terms(
     lin_err = np.sum((command[:, :2] - lin_vel_base[:, :2]) ** 2, axis=1)
     yaw_err = (command[:, 2] - ang_vel_base[:, 2]) ** 2
     moving = np.hypot(command[:, 0], command[:, 1]) > AIR_TIME_MIN_COMMAND
-    air = np.sum(np.where(touchdown_air_time > 0.0, touchdown_air_time - feet_air_time_target, 0.0), axis=1)
+    capped = np.minimum(touchdown_air_time, feet_air_time_max)
+    air = np.sum(np.where(touchdown_air_time > 0.0, capped - feet_air_time_target, 0.0), axis=1)
     raw = {
         "tracking_lin_vel": np.exp(-lin_err / TRACKING_SIGMA),
         "tracking_ang_vel": np.exp(-yaw_err / TRACKING_SIGMA),
