@@ -2,6 +2,12 @@
 
 Every configuration runs in a fresh spawned process (so peak RSS is its own), and the
 configurations are interleaved (A B C A B C ...) so machine noise hits them alike.
+
+Interrupts stop the whole run: Ctrl-C (SIGINT) or SIGTERM in the benchmark process stops the
+configuration process that is running, and every process it started, before the benchmark
+exits (:func:`run_in_fresh_process`). A configuration process ignores SIGINT (the benchmark
+process decides) and turns its first SIGTERM into ``SystemExit``, so its ``with`` blocks close
+what they opened (an ``AsyncRunner``'s collectors and shared memory).
 """
 
 from __future__ import annotations
@@ -12,12 +18,14 @@ import multiprocessing as mp
 import os
 import platform
 import resource
+import signal
 import statistics
 import sys
 import time
+import traceback
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import psutil
@@ -41,8 +49,113 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _run_one(fn: Callable[..., dict[str, float]], kwargs: dict[str, Any]) -> dict[str, float]:
-    return fn(**kwargs)
+#: Seconds a configuration process gets to close what it opened after SIGTERM, before SIGKILL.
+STOP_GRACE_S = 10.0
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into ``SystemExit(143)`` (128 + 15, the shell's code), so ``finally`` and ``with`` blocks run.
+
+    Only the first SIGTERM raises: later ones are ignored, so they cannot cut the clean-up short.
+    """
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _child_main(conn: Connection, fn: Callable[..., dict[str, float]], kwargs: dict[str, Any]) -> None:
+    """A configuration process: run ``fn(**kwargs)`` and send ``("ok", result)`` or ``("error", traceback)``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the benchmark process's to handle
+    exit_on_sigterm()
+    try:
+        result = fn(**kwargs)
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            conn.send(("error", traceback.format_exc()))
+        if isinstance(exc, Exception):
+            sys.exit(1)  # the benchmark process prints the traceback
+        raise
+    conn.send(("ok", result))
+
+
+def stop_process_tree(proc: Any, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop ``proc`` (a ``multiprocessing`` child) and every process under it; return when all are gone.
+
+    SIGTERM first (the configuration closes what it opened), SIGKILL for whatever is left after
+    ``grace_s`` seconds. SIGINT and SIGTERM to this process are ignored meanwhile, so a second
+    Ctrl-C cannot leave orphans behind.
+    """
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            procs = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            procs = []
+        proc.terminate()
+        proc.join(grace_s)
+        if proc.is_alive():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                procs += psutil.Process(proc.pid).children(recursive=True)
+            proc.kill()
+            proc.join()
+        _, alive = psutil.wait_procs(procs, timeout=grace_s)
+        for p in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(alive, timeout=grace_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_in_fresh_process(
+    fn: Callable[..., dict[str, float]], kwargs: dict[str, Any], label: str = ""
+) -> dict[str, float]:
+    """``fn(**kwargs)`` in a fresh spawned process; return its result.
+
+    An exception here (Ctrl-C's ``KeyboardInterrupt``, SIGTERM's ``SystemExit`` after
+    :func:`exit_on_sigterm`) stops the process and everything it started
+    (:func:`stop_process_tree`), then propagates: the run stops.
+
+    Args:
+        fn: a module-level function (it is pickled by reference) returning a dict of metrics.
+        kwargs: its keyword arguments (picklable).
+        label: printed with the process id when the process starts.
+
+    Raises:
+        RuntimeError: ``fn`` raised in its process (the message holds its traceback), or the
+            process died without a result (the message gives its exit code).
+    """
+    ctx = mp.get_context("spawn")
+    receiver, sender = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child_main, args=(sender, fn, kwargs), name=f"benchmark: {label}")
+    try:
+        ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited: the child starts up ignoring Ctrl-C
+        try:
+            proc.start()
+        finally:
+            signal.signal(signal.SIGINT, ignored)
+        sender.close()
+        tqdm.write(f"  {label} (pid {proc.pid})", file=sys.stdout)
+        sys.stdout.flush()
+        wait([receiver, proc.sentinel])
+        if not receiver.poll():
+            proc.join()
+            raise RuntimeError(f"{label}: its process exited with code {proc.exitcode} without a result")
+        status, payload = receiver.recv()
+        proc.join()
+    except BaseException:
+        if proc.pid is not None:
+            stop_process_tree(proc)
+        raise
+    finally:
+        receiver.close()
+    if status != "ok":
+        raise RuntimeError(f"{label} failed in its process:\n{payload}")
+    return payload
 
 
 def run_interleaved(
@@ -61,20 +174,23 @@ def run_interleaved(
 
     Returns:
         name -> list of per-repeat metric dicts (a failed run raises).
+
+    Raises:
+        RuntimeError: a run failed. ``KeyboardInterrupt`` / ``SystemExit``: the run was
+            interrupted; the configuration process and its children are gone
+            (:func:`run_in_fresh_process`).
     """
-    ctx = mp.get_context("spawn")
     out: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
     order = [name for _ in range(repeats) for name in configs]
     with tqdm(total=len(order), desc=desc, unit="run") as bar:
-        for name in order:
+        for i, name in enumerate(order):
             bar.set_postfix_str(name)
             fn, kwargs = configs[name]
-            if not fresh_process:
+            if fresh_process:
+                label = f"{desc}: {name}, repeat {i // len(configs) + 1}/{repeats}"
+                out[name].append(run_in_fresh_process(fn, kwargs, label))
+            else:
                 out[name].append(fn(**kwargs))
-                bar.update()
-                continue
-            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-                out[name].append(pool.submit(_run_one, fn, kwargs).result())
             bar.update()
     return out
 
@@ -162,3 +278,63 @@ def warn_if_busy(max_busy_cores: float = 0.25, seconds: float = 2.0) -> dict[str
             flush=True,
         )
     return {"busy_cores": busy, "load_average": load, "busy": is_busy}
+
+
+def cpu_quota_cores() -> float | None:
+    """Cores the cgroup (v2 ``cpu.max``, as docker ``--cpus`` sets) allows this process, or ``None`` if unlimited."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return None if quota == "max" else int(quota) / int(period)
+
+
+def sample_load(seconds: float = 1.0) -> dict[str, Any]:
+    """How much CPU this machine has free now: call it when none of the benchmark's own processes run.
+
+    Args:
+        seconds: the busy cores are averaged over this long (``/proc/stat``).
+
+    Returns:
+        ``{"time": ISO 8601 UTC, "load_average": [1, 5, 15 min] | None, "cores": cores this process
+        may use (affinity, cgroup quota), "busy_cores": cores busy with other processes | None,
+        "available_cores": cores - busy_cores | None}``.
+    """
+    cores = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    quota = cpu_quota_cores()
+    if quota is not None:
+        cores = min(cores, quota)
+    busy = busy_cores(seconds)
+    return {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "cores": cores,
+        "busy_cores": busy,
+        "available_cores": None if busy is None else max(0.0, cores - busy),
+    }
+
+
+def busy_warning(start: dict[str, Any], end: dict[str, Any], max_busy_cores: float = 0.25) -> str | None:
+    """A warning if the machine was busy at the start or the end of a run (:func:`sample_load` figures), else ``None``.
+
+    Busy: other processes used more than ``max_busy_cores`` cores at the start or at the end, or
+    the 1-minute load average at the start was above half the cores (at the end it counts the
+    run's own processes, so it is only reported).
+    """
+    cores = start["cores"]
+    busy = [s["busy_cores"] for s in (start, end) if s["busy_cores"] is not None]
+    load = start["load_average"]
+    if not any(b > max_busy_cores for b in busy) and not (load is not None and load[0] > cores / 2):
+        return None
+
+    def describe(s: dict[str, Any]) -> str:
+        used = "?" if s["busy_cores"] is None else f"{s['busy_cores']:.1f}"
+        avg = "?" if s["load_average"] is None else f"{s['load_average'][0]:.1f}"
+        return f"other processes used {used} of {s['cores']:g} cores, load average {avg}"
+
+    return (
+        f"WARNING: the machine was busy (start: {describe(start)}; end: {describe(end)}): wall-clock figures "
+        "are slower and noisier than on an idle machine, and multi-process configurations (AsyncRunner, "
+        "SubprocVecEnv) lose the most: they need free cores"
+    )

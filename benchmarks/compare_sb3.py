@@ -28,16 +28,26 @@ run if that is shorter (``--quick``: 80), so that every run finishes episodes an
 the final return is a deterministic evaluation of the trained policy on 16 envs.
 
 Writes ``compare_sb3.md`` (tables), ``compare_sb3.json`` (raw per-repeat numbers, machine,
-versions) and ``compare_sb3.png`` (throughput bars, return vs wall clock) to ``--out``
-(default ``benchmarks/results``).
+versions, load) and ``compare_sb3.png`` (throughput bars, return vs wall clock) to ``--out``:
+by default a fresh ``runs/compare_sb3/<UTC timestamp>/`` (its path is printed). The committed
+results are rewritten only when asked: ``--out benchmarks/results``.
+
+The load is sampled before the run starts and after it ends (``common.sample_load``: load
+average, cores busy with other processes, cores available); on a busy machine a warning is
+printed next to the tables and written into them, and the figures go into the JSON (``load``).
+
+Ctrl-C or SIGTERM stops the whole run: the configuration process that is running and every
+process it started are stopped before the script exits (code 130 or 143), and nothing is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import importlib.util
+import itertools
 import os
 import sys
 import time
@@ -47,7 +57,16 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_env
-from common import RESULTS_DIR, machine_info, run_interleaved, summarize, tree_rss_mb, write_json
+from common import (
+    busy_warning,
+    exit_on_sigterm,
+    machine_info,
+    run_interleaved,
+    sample_load,
+    summarize,
+    tree_rss_mb,
+    write_json,
+)
 
 ID = "UniLab/Quadruped-v0"
 EPISODE_STEPS = 250
@@ -408,7 +427,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--only", default="env,replay,sac,ppo", help="comma-separated sections: env,replay,sac,ppo")
     parser.add_argument("--num-envs", type=int, default=None, help="envs per configuration (default 64; smoke 8)")
     parser.add_argument("--seeds", type=int, default=None, help="repeats (seeds) of the SAC / PPO runs")
-    parser.add_argument("--out", default=RESULTS_DIR, help="output folder")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default: a fresh runs/compare_sb3/<UTC timestamp>/; "
+        "the committed results: benchmarks/results)",
+    )
     args = parser.parse_args(argv)
     name = "smoke" if args.smoke else "quick" if args.quick else "default"
     cfg = dict(MODES[name])
@@ -420,7 +444,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     unknown = sorted(set(sections) - {"env", "replay", "sac", "ppo"})
     if unknown:
         parser.error(f"unknown section(s) {unknown}; choose from env, replay, sac, ppo")
+    out = args.out or fresh_run_dir()
+    print(f"compare_sb3 ({name} mode): results go to {out}", flush=True)
+    try:
+        return _run(args, name, cfg, sections, out)
+    except BaseException:  # interrupted or failed: do not leave an empty run folder behind
+        if not args.out:
+            with contextlib.suppress(OSError):
+                os.rmdir(out)
+        raise
+
+
+def _run(args: argparse.Namespace, name: str, cfg: dict[str, Any], sections: list[str], out: str) -> dict[str, Any]:
+    """Run the sections, then write the outputs to ``out``; return the report."""
     n = cfg["num_envs"]
+    load_start = sample_load(0.2 if args.smoke else 1.0)  # before any process of this run starts
     report: dict[str, Any] = {
         "mode": name,
         "config": cfg,
@@ -500,16 +538,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             + "\n"
         )
     report["elapsed_s"] = time.perf_counter() - t_start
-    os.makedirs(args.out, exist_ok=True)
+    load_end = sample_load(0.2 if args.smoke else 1.0)  # every process of this run has ended
+    warning = busy_warning(load_start, load_end)
+    report["load"] = {"start": load_start, "end": load_end, "busy": warning is not None, "warning": warning}
+    md.insert(3, _load_line(report["load"]) + "\n")
+    os.makedirs(out, exist_ok=True)
     text = "\n".join(md)
-    with open(os.path.join(args.out, "compare_sb3.md"), "w") as f:
+    with open(os.path.join(out, "compare_sb3.md"), "w") as f:
         f.write(text)
-    write_json(os.path.join(args.out, "compare_sb3.json"), report)
-    plot(report, os.path.join(args.out, "compare_sb3.png"))
+    write_json(os.path.join(out, "compare_sb3.json"), report)
+    plot(report, os.path.join(out, "compare_sb3.png"))
     print()
     print(text)
-    print(f"wrote {args.out}/compare_sb3.{{md,json,png}} in {report['elapsed_s']:.0f} s")
+    if warning:
+        print(warning, flush=True)
+    print(f"wrote {out}/compare_sb3.{{md,json,png}} in {report['elapsed_s']:.0f} s")
     return report
+
+
+def fresh_run_dir(root: str = os.path.join("runs", "compare_sb3")) -> str:
+    """Create and return a new, empty ``<root>/<UTC timestamp>`` (``-2``, ``-3``, ... if taken): one folder per run."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
+    os.makedirs(root, exist_ok=True)
+    for k in itertools.count(1):
+        path = os.path.join(root, stamp if k == 1 else f"{stamp}-{k}")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path)
+            return path
+    raise AssertionError("unreachable")
+
+
+def _load_line(load: dict[str, Any]) -> str:
+    """The tables' line on the load: the warning on a busy machine, else the figures."""
+    if load["warning"]:
+        return f"> **{load['warning']}**"
+
+    def figures(s: dict[str, Any]) -> str:
+        busy = "?" if s["busy_cores"] is None else f"{s['busy_cores']:.1f}"
+        avg = "?" if s["load_average"] is None else f"{s['load_average'][0]:.1f}"
+        return f"{busy} of {s['cores']:g} cores busy, load average {avg}"
+
+    return f"Load: idle machine (start: {figures(load['start'])}; end: {figures(load['end'])})."
 
 
 def _replay_args(capacity: int, mode: str) -> argparse.Namespace:
@@ -535,4 +604,13 @@ def _make_single(max_episode_steps: int = EPISODE_STEPS):
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_sigterm()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("\ninterrupted: the run stopped (no configuration process left); nothing written", file=sys.stderr)
+        sys.exit(130)
+    except SystemExit as stop:
+        if stop.code == 143:
+            print("\nterminated: the run stopped (no configuration process left); nothing written", file=sys.stderr)
+        raise

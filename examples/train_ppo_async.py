@@ -11,7 +11,7 @@ with the learner's statistics (shipped with the weights) and write each rollout 
 memory; the learner merges their observation statistics, runs SB3's own GAE and ``train()``.
 With ``--max-policy-lag 1`` the collectors gather the next rollout while the learner trains (one
 update behind: slightly off-policy). Writes ``<save-path>.zip`` and
-``<save-path>_vecnormalize.pkl`` (``PPO.load``; watch it with ``unilab-gym play``).
+``<save-path>_vecnormalize.pkl`` (``PPO.load``; watch it with ``unilab-gym play --sibling-vecnormalize``).
 Progress: SB3's progress bar, ``rollout/ep_rew_mean`` and the ``unilab/*`` pipeline metrics
 (``policy_lag_mean``, env-steps/s, ...) in the log.
 """

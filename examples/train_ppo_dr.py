@@ -10,7 +10,7 @@ random stream, so the run stays reproducible. Writes ``<save-path>.zip``, the ``
 statistics ``<save-path>_vecnormalize.pkl`` and the parameter trace of every training episode
 ``<save-path>_trace.jsonl``. Then see how robust the policy is::
 
-    unilab-gym robustness --model <save-path>.zip --algo ppo --episodes 320 \\
+    unilab-gym robustness --model <save-path>.zip --sibling-vecnormalize --algo ppo --episodes 320 \\
         --grid friction=0.3:1.2:4,mass=-1:3:4
 """
 

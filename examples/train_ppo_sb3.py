@@ -4,7 +4,8 @@
     python examples/train_ppo_sb3.py --total-steps 2048 --num-envs 4 --save-path /tmp/ppo
 
 Writes ``<save-path>.zip`` and the ``VecNormalize`` statistics ``<save-path>_vecnormalize.pkl``
-(``examples/play.py`` loads both). Progress: SB3's progress bar and ``rollout/ep_rew_mean``.
+(``examples/play.py <save-path>.zip --sibling-vecnormalize`` loads both). Progress: SB3's progress
+bar and ``rollout/ep_rew_mean``.
 """
 
 from __future__ import annotations

@@ -92,10 +92,11 @@ def test_report_on_tiny_grid_then_replay_a_failure(fresh_ppo, tmp_path):
             "--out",
             str(out),
             "--no-progress",
+            "--sibling-vecnormalize",
         ]
     )
     results = json.loads((out / "results.json").read_text())
-    assert results["vecnormalize"].endswith("model_vecnormalize.pkl")  # found next to the model
+    assert results["vecnormalize"].endswith("model_vecnormalize.pkl")  # found next to the model, as asked
     assert len(results["episodes"]) == 8 and results["episodes_per_cell"] == 2
     cells = results["cells"]
     assert len(cells) == 4 and all(c["episodes"] == 2 for c in cells)
@@ -125,11 +126,12 @@ def test_report_on_tiny_grid_then_replay_a_failure(fresh_ppo, tmp_path):
 
     # replay the first failure of the worst cell: same actions, same outcome, and a video
     video = tmp_path / "failure.gif"
-    outcome = main(["--replay", str(out / "results.json"), "--video", str(video)])
+    policy = ["--model", str(fresh_ppo), "--vecnormalize", results["vecnormalize"]]  # named, never read from the JSON
+    outcome = main(["--replay", str(out / "results.json"), *policy, "--video", str(video)])
     assert outcome["matches"] and outcome["termination"] == "fall"
     assert video.stat().st_size > 0
     success = next(k for k, r in enumerate(results["episodes"]) if r["termination"] == "time_limit")
-    assert main(["--replay", f"{out / 'results.json'}:{success}"])["matches"]
+    assert main(["--replay", f"{out / 'results.json'}:{success}", *policy])["matches"]
 
 
 def test_importing_the_module_stays_light():

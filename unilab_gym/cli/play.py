@@ -5,14 +5,17 @@
 
 ``python examples/play.py ...`` runs the same command.
 
-The algorithm is read from the saved file. ``<model>_vecnormalize.pkl`` next to the model
-(written by ``train_ppo_sb3.py``) is loaded if present. Frames come from the env's
-``render_mode="rgb_array"`` (240x320); ``.mp4`` needs ``imageio-ffmpeg``, ``.gif`` only Pillow.
+The algorithm is read from the saved file. ``VecNormalize`` statistics are loaded only when asked:
+``--vecnormalize PATH``, or ``--sibling-vecnormalize`` for ``<model>_vecnormalize.pkl`` next to the
+model (written by ``train_ppo_sb3.py``; the path is printed). Both the model and the statistics are
+code (pickles): load only files you trust. Frames come from the env's ``render_mode="rgb_array"``
+(240x320); ``.mp4`` needs ``imageio-ffmpeg``, ``.gif`` only Pillow.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from stable_baselines3 import A2C, DDPG, PPO, SAC, TD3
@@ -41,6 +44,51 @@ def algo_of(path: Path) -> type[BaseAlgorithm]:
     raise ValueError(f"{path} was not saved by one of {sorted(ALGOS)}")
 
 
+def sibling_vecnormalize(model: Path) -> Path:
+    """``<model stem>_vecnormalize.pkl`` next to ``model``: where the training examples save the statistics."""
+    return model.with_name(model.stem + "_vecnormalize.pkl")
+
+
+def vecnormalize_to_load(model: Path, named: Path | None, sibling: bool) -> Path | None:
+    """The ``VecNormalize`` statistics file to load with ``model``: only one the user asked for.
+
+    A statistics file is a pickle, so loading it runs code. It is loaded only when named
+    (``--vecnormalize PATH``) or asked for with ``--sibling-vecnormalize``, which prints the path
+    it loads. A sibling file nobody asked for is mentioned on stderr and not loaded.
+
+    Args:
+        model: the model ``.zip``.
+        named: the ``--vecnormalize`` path, or ``None``.
+        sibling: ``--sibling-vecnormalize``: load :func:`sibling_vecnormalize` of ``model``.
+
+    Returns:
+        The path to load, or ``None`` (no normalization).
+
+    Raises:
+        ValueError: both ``named`` and ``sibling``, a named file that does not exist, or
+            ``sibling`` without a sibling file.
+    """
+    found = sibling_vecnormalize(model)
+    if named is not None and sibling:
+        raise ValueError("give --vecnormalize PATH or --sibling-vecnormalize, not both")
+    if named is not None:
+        if not named.exists():
+            raise ValueError(f"no VecNormalize statistics at {named}")
+        return named
+    if sibling:
+        if not found.exists():
+            raise ValueError(f"--sibling-vecnormalize: no {found.name} next to {model}")
+        print(f"loading VecNormalize statistics {found} (a pickle: it runs code when loaded)", file=sys.stderr)
+        return found
+    if found.exists():
+        print(
+            f"note: {found} is not loaded (a pickle runs code when loaded); if you trust it, pass "
+            f"--vecnormalize {found} or --sibling-vecnormalize",
+            file=sys.stderr,
+        )
+    return None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The options of ``unilab-gym play`` (``argv`` defaults to ``sys.argv[1:]``)."""
     parser = argparse.ArgumentParser(
@@ -52,6 +100,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--algo", choices=sorted(ALGOS), default=None, help="default: read from the file")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic ones")
+    parser.add_argument(
+        "--vecnormalize",
+        type=Path,
+        default=None,
+        help="VecNormalize statistics (.pkl) to apply, frozen; a pickle runs code: name only a file you trust",
+    )
+    parser.add_argument(
+        "--sibling-vecnormalize",
+        action="store_true",
+        help="load <model stem>_vecnormalize.pkl next to the model (prints the path it loads)",
+    )
     return parser.parse_args(argv)
 
 
@@ -59,7 +118,8 @@ def main(argv: list[str] | None = None) -> Path:
     """Run ``unilab-gym play`` (see the module docstring) and return the path of the video written.
 
     Raises:
-        SystemExit: no model at the given path, ``--steps`` < 1, or ``--out`` is neither ``.mp4`` nor ``.gif``.
+        SystemExit: no model at the given path, ``--steps`` < 1, ``--out`` is neither ``.mp4`` nor ``.gif``,
+            or bad ``VecNormalize`` options (see :func:`vecnormalize_to_load`).
     """
     args = parse_args(argv)
     if not args.model.exists():
@@ -69,11 +129,14 @@ def main(argv: list[str] | None = None) -> Path:
     out = args.out or args.model.with_suffix(".mp4")
     if out.suffix not in (".mp4", ".gif"):
         raise SystemExit(f"--out must end in .mp4 or .gif, got {out}")
+    try:
+        stats = vecnormalize_to_load(args.model, args.vecnormalize, args.sibling_vecnormalize)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     algo = ALGOS[args.algo] if args.algo else algo_of(args.model)
     model = algo.load(args.model, device="cpu")
     env = make_sb3_env("UniLab/Quadruped-v0", 1, seed=args.seed, render_mode="rgb_array")
-    stats = args.model.with_name(args.model.stem + "_vecnormalize.pkl")
-    if stats.exists():
+    if stats is not None:
         env = VecNormalize.load(str(stats), env)
         env.training, env.norm_reward = False, False
     fps = env.unwrapped.metadata["render_fps"]

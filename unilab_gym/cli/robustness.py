@@ -2,7 +2,7 @@
 
     unilab-gym robustness --model runs/ppo_dr/model.zip --algo ppo --episodes 1000 \\
         --grid friction=0.3:1.2:4,mass=-1:3:4 --out robustness/
-    unilab-gym robustness --replay robustness/results.json --video fail.mp4
+    unilab-gym robustness --replay robustness/results.json --model runs/ppo_dr/model.zip --video fail.mp4
 
 Each grid axis is ``name=low:high:n`` (``n`` evenly spaced values, ``numpy.linspace``) over a
 parameter of :data:`unilab_gym.randomization.PARAMETERS` (``mass`` is short for ``added_mass``);
@@ -20,11 +20,17 @@ Writes to ``--out``: ``report.md`` (cells worst first: success rate, fall rate, 
 ``heatmap.png`` (success rate over the first two axes, averaged over any further ones) and
 ``results.json`` (the raw data: every episode's record, as in :mod:`unilab_gym.trace`, plus its cell).
 
-``--replay results.json[:INDEX]`` re-runs one episode (by default the first failure of the worst
-cell) with the policy and checks it against its record; ``--video`` records it. To get the very
-same actions, the policy is run on a batch of the original shape with the episode's observation
-at its original row (matrix products round differently for other batch shapes), with torch on
-one thread (``--threads``, the same as the evaluation's).
+``--replay results.json[:INDEX] --model X.zip`` re-runs one episode (by default the first failure
+of the worst cell) with the policy the user names and checks it against its record; ``--video``
+records it. To get the very same actions, the policy is run on a batch of the original shape with
+the episode's observation at its original row (matrix products round differently for other batch
+shapes), with torch on one thread (``--threads``, the same as the evaluation's).
+
+SB3 ``.zip`` models and ``VecNormalize`` ``.pkl`` statistics are code (pickles): loading one runs
+whatever it holds. This tool loads only the files named on its command line: a ``results.json``
+records which model and statistics were used, but they are never loaded from it, and
+``<model stem>_vecnormalize.pkl`` next to ``--model`` is loaded only with ``--vecnormalize PATH`` or
+``--sibling-vecnormalize`` (which prints what it loads).
 
 This module imports torch, Stable-Baselines3 and matplotlib only when its functions run.
 """
@@ -306,7 +312,9 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
             f"fell after {r['length']} steps: {', '.join(r['fall_conditions'])}) and record it:",
             "",
             "```bash",
-            f"unilab-gym robustness --replay {out / 'results.json'}:{failure} --video failure.mp4",
+            f"unilab-gym robustness --replay {out / 'results.json'}:{failure} --model {results['model']}"
+            + (f" --vecnormalize {results['vecnormalize']}" if results["vecnormalize"] else "")
+            + " --video failure.mp4",
             "```",
             "",
         ]
@@ -331,14 +339,11 @@ def _algorithms() -> dict[str, Any]:
     return {"ppo": PPO, "sac": SAC, "td3": TD3}
 
 
-def default_vecnormalize(model: Path) -> Path | None:
-    """``<model stem>_vecnormalize.pkl`` next to the model (as ``examples/train_ppo_dr.py`` writes it), if it exists."""
-    path = model.with_name(model.stem + "_vecnormalize.pkl")
-    return path if path.exists() else None
-
-
 def load_policy(model: str | Path, algo: str, vecnormalize: str | Path | None = None) -> Policy:
     """A batched deterministic policy from an SB3 ``.zip`` (loaded on the CPU).
+
+    Both files are code (pickles): loading them runs what they hold. Pass only files you trust,
+    never a path read from a data file.
 
     Args:
         model: path of the saved model.
@@ -432,13 +437,21 @@ def _parser() -> argparse.ArgumentParser:
         description="Evaluate a saved SB3 policy over a grid of physics perturbations; write a Markdown "
         "report, a success-rate heat map and the raw JSON. Or replay one episode of such a run.",
     )
-    parser.add_argument("--model", type=Path, help="SB3 model .zip (for --replay: default, the one in the results)")
-    parser.add_argument("--algo", choices=["ppo", "sac", "td3"], help="algorithm that saved --model")
+    parser.add_argument(
+        "--model", type=Path, help="SB3 model .zip (also with --replay: a results file never loads one on its own)"
+    )
+    parser.add_argument("--algo", choices=["ppo", "sac", "td3"], help="algorithm that saved --model (default: read)")
     parser.add_argument(
         "--vecnormalize",
         type=Path,
         default=None,
-        help="VecNormalize statistics (default: <model stem>_vecnormalize.pkl next to the model, if present)",
+        help="VecNormalize statistics (.pkl) to apply, frozen (default: none); a pickle runs code: name only "
+        "a file you trust",
+    )
+    parser.add_argument(
+        "--sibling-vecnormalize",
+        action="store_true",
+        help="load <model stem>_vecnormalize.pkl next to --model (prints the path it loads)",
     )
     parser.add_argument("--grid", help="axes name=low:high:n, comma-separated, e.g. friction=0.3:1.2:4,mass=-1:3:4")
     parser.add_argument(
@@ -465,6 +478,27 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _checked_policy_files(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[str, Path | None]:
+    """The algorithm of ``--model`` (checked against ``--algo``) and the statistics the user asked for."""
+    from unilab_gym.cli.play import algo_of, vecnormalize_to_load
+
+    if not args.model.exists():
+        parser.error(f"no model at {args.model}")
+    try:
+        vecnormalize = vecnormalize_to_load(args.model, args.vecnormalize, args.sibling_vecnormalize)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        saved = algo_of(args.model).__name__.lower()
+    except (ValueError, OSError) as exc:  # not an SB3 zip
+        parser.error(f"cannot read {args.model}: {exc}")
+    if saved not in ("ppo", "sac", "td3"):
+        parser.error(f"{args.model} was saved by {saved.upper()}; this tool evaluates PPO, SAC and TD3 policies")
+    if args.algo is not None and saved != args.algo:
+        parser.error(f"--algo {args.algo}, but {args.model} was saved by {saved.upper()}: pass --algo {saved}")
+    return saved, vecnormalize
+
+
 def _run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Path:
     if args.model is None or args.algo is None or args.grid is None:
         parser.error("--model, --algo and --grid are required (or use --replay)")
@@ -474,17 +508,7 @@ def _run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pa
         axes = parse_grid(args.grid)
     except ValueError as exc:
         parser.error(str(exc))
-    if not args.model.exists():
-        parser.error(f"no model at {args.model}")
-    from unilab_gym.cli.play import algo_of
-
-    try:
-        saved = algo_of(args.model).__name__.lower()
-    except (ValueError, OSError) as exc:  # not an SB3 zip
-        parser.error(f"cannot read {args.model}: {exc}")
-    if saved != args.algo:
-        parser.error(f"--algo {args.algo}, but {args.model} was saved by {saved.upper()}: pass --algo {saved}")
-    vecnormalize = args.vecnormalize or default_vecnormalize(args.model)
+    _, vecnormalize = _checked_policy_files(args, parser)
     _set_threads(args.threads)
     policy = load_policy(args.model, args.algo, vecnormalize)
     records = evaluate(
@@ -547,16 +571,29 @@ def _run_replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> di
         if failure is None:
             parser.error(f"{path} has no failing episode; give an index, e.g. {path}:0")
         index = failure
-    model = args.model or Path(results["model"])
-    algo = args.algo or results["algo"]
-    vecnormalize = args.vecnormalize or (Path(results["vecnormalize"]) if results["vecnormalize"] else None)
+    if args.model is None:  # the results name a model and statistics, but a data file never loads code
+        recorded = f"--model {results.get('model')}" + (
+            f" --vecnormalize {results['vecnormalize']}" if results.get("vecnormalize") else ""
+        )
+        parser.error(
+            f"--replay needs the policy: pass --model (and --vecnormalize if it was trained with one). "
+            f"{path} records `{recorded}`, but a results file never loads them on its own: SB3 .zip models "
+            "and .pkl statistics are code, so pass only files you trust"
+        )
+    algo, vecnormalize = _checked_policy_files(args, parser)
+    if results.get("vecnormalize") and vecnormalize is None:
+        print(
+            f"warning: the evaluation normalized observations with {results['vecnormalize']}, this replay does not "
+            "(pass --vecnormalize PATH if you trust that file)",
+            file=sys.stderr,
+        )
     if args.threads != results.get("threads", args.threads):
         print(
             f"warning: the evaluation used {results['threads']} torch thread(s), this replay {args.threads}",
             file=sys.stderr,
         )
     _set_threads(args.threads)
-    outcome = replay(results, index, load_policy(model, algo, vecnormalize), video=args.video)
+    outcome = replay(results, index, load_policy(args.model, algo, vecnormalize), video=args.video)
     record = results["episodes"][index]
     print(
         f"episode {index} (cell {record['cell']}, episode seed {record['episode_seed']}): "
