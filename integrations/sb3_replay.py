@@ -380,10 +380,33 @@ class SharedReplayBuffer(ReplayBuffer):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore a pickled copy (SB3's ``load_replay_buffer``) into a new shared segment.
+
+        The storage state is checked as :meth:`ReplayStorage.from_state` does (checksum,
+        ``committed <= head``, slot table, row shapes), and its layout must match this buffer's
+        ``obs_dim``, ``action_dim`` and ``buffer_size * n_envs``.
+
+        :raises ValueError: on a corrupted or inconsistent copy; nothing is created, and SB3's
+            ``load_replay_buffer`` keeps the model's current buffer.
+        """
         state = dict(state)
-        storage_state = state.pop("_storage_state")
+        storage_state = state.pop("_storage_state", None)
+        if not isinstance(storage_state, Mapping):
+            raise ValueError("not a pickled SharedReplayBuffer: it has no replay storage state")
+        layout = storage_state.get("layout")
+        try:
+            expected = (state["obs_dim"], state["action_dim"], state["buffer_size"] * state["n_envs"])
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"not a pickled SharedReplayBuffer: missing or bad {e}") from None
+        found = (getattr(layout, "obs_dim", None), getattr(layout, "act_dim", None), storage_state.get("capacity"))
+        if found != expected:
+            raise ValueError(
+                "pickled SharedReplayBuffer is inconsistent: its storage has (obs_dim, act_dim, capacity) = "
+                f"{found}, the buffer expects (obs_dim, action_dim, buffer_size * n_envs) = {expected}"
+            )
+        storage = ReplayStorage.from_state(storage_state)
         self.__dict__.update(state)
-        self._storage = ReplayStorage.from_state(storage_state)
+        self._storage = storage
 
     def __repr__(self) -> str:
         size = "closed" if self._storage is None or self._storage.closed else f"size={self.size()}"

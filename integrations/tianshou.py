@@ -40,6 +40,7 @@ from tianshou.env import BaseVectorEnv
 
 from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
 from unilab_gym.replay import ReplayHandle, ReplayLayout, ReplayStorage
+from unilab_gym.replay.integrity import data_checksum, verify_checksum
 from unilab_gym.validation import check_positive_int, check_seed
 from unilab_gym.vector_env import UniLabVectorEnv
 
@@ -533,14 +534,81 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
 
     # ------------------------------------------------------------------ pickling: a copy, re-homed on load
     def __getstate__(self) -> dict[str, Any]:
+        """A plain copy for pickling, with ``"_checksum"``: the SHA-256 of its data and counters."""
         state = self.__dict__.copy()
         state["_storage"] = None  # the views in _meta pickle as plain arrays
+        state["_checksum"] = data_checksum(*_checksummed(state))
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore a pickled copy into a new shared block, after checking it.
+
+        Raises:
+            ValueError: the copy has no or a wrong checksum (corrupted), or is inconsistent
+                (array lengths or shapes that differ from ``maxsize`` / ``obs_shape`` / ``act_dim``,
+                sub-buffer lengths out of range); nothing is restored.
+        """
+        state = dict(state)
+        checksum = state.pop("_checksum", None)
+        _check_state(state)
+        verify_checksum("SharedVectorReplayBuffer state", checksum, *_checksummed(state))
         super().__setstate__(state)
         if self._obs_shape is not None and self._act_dim is not None:  # move the data into a new shared block
             self._allocate(self._obs_shape, self._act_dim)
+
+
+_BUFFER_KEYS = (
+    "maxsize",
+    "buffer_num",
+    "_meta",
+    "_lengths",
+    "_offset",
+    "last_index",
+    "buffers",
+    "_obs_shape",
+    "_act_dim",
+)
+
+
+def _checksummed(state: dict[str, Any]) -> list[Any]:
+    """The parts of a ``SharedVectorReplayBuffer`` state its checksum covers: sizes, counters and
+    every numeric array of ``_meta`` (``info`` / ``policy`` hold Python objects and are not covered)."""
+    meta = state["_meta"]
+    parts: list[Any] = [
+        state["maxsize"],
+        state["_obs_shape"],
+        state["_act_dim"],
+        state["_lengths"],
+        state["last_index"],
+    ]
+    parts.append([(int(b._insertion_idx), int(b._size)) for b in state["buffers"]])
+    for key in sorted(meta.get_keys()):
+        value = meta[key]
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+            parts += [key, value]
+    return parts
+
+
+def _check_state(state: dict[str, Any]) -> None:
+    """Invariants of a pickled ``SharedVectorReplayBuffer``: keys, array lengths and shapes, sub-buffer lengths."""
+    what = "SharedVectorReplayBuffer state"
+    missing = [key for key in _BUFFER_KEYS if key not in state]
+    if missing:
+        raise ValueError(f"not a {what}: missing {missing}")
+    n, meta, obs_shape, act_dim = state["maxsize"], state["_meta"], state["_obs_shape"], state["_act_dim"]
+    if not isinstance(meta, Batch):
+        raise ValueError(f"{what}: _meta must be a tianshou Batch, got {type(meta).__name__}")
+    if obs_shape is not None:
+        expected = {"obs": (n, *obs_shape), "obs_next": (n, *obs_shape), "act": (n, act_dim), "rew": (n,)}
+        expected.update({key: (n,) for key in ("terminated", "truncated", "done")})
+        for key, shape in expected.items():
+            got = getattr(meta.get(key), "shape", None)
+            if got != shape:
+                raise ValueError(f"{what} is inconsistent: {key} has shape {got}, expected {shape}")
+    sizes = np.diff(np.append(np.asarray(state["_offset"]), n))
+    lengths = np.asarray(state["_lengths"])
+    if lengths.shape != sizes.shape or (lengths < 0).any() or (lengths > sizes).any():
+        raise ValueError(f"{what} is inconsistent: sub-buffer lengths {lengths.tolist()} outside [0, {sizes.tolist()}]")
 
 
 def _seed_list(seed: Any) -> list[int | None]:

@@ -79,3 +79,10 @@ def attach_and_hang(handle, reply_queue, never):
     storage = ReplayStorage.attach(handle)
     reply_queue.put(("attached", storage.reserved))
     never.wait()
+
+
+def own_and_hang(layout, capacity, prefix, reply_queue, never):
+    """Create (own) a replay, send its handle, then block until killed."""
+    storage = ReplayStorage(layout, capacity, prefix=prefix)
+    reply_queue.put(storage.handle)
+    never.wait()  # never set: the parent SIGKILLs this process

@@ -284,6 +284,41 @@ def test_save_and_load_replay_buffer_round_trip(tmp_path):
     loaded.close()
 
 
+def test_a_corrupted_saved_buffer_is_refused_and_the_model_keeps_its_buffer(tmp_path):
+    model = SAC(
+        "MlpPolicy",
+        "Pendulum-v1",
+        buffer_size=30,
+        learning_starts=10_000,
+        replay_buffer_class=SharedReplayBuffer,
+        seed=0,
+    )
+    model.learn(20)
+    original = model.replay_buffer
+    block = original.storage.block.copy()
+    model.save_replay_buffer(tmp_path / "rb.pkl")
+    data = (tmp_path / "rb.pkl").read_bytes()
+    at = data.index(original.storage.block[:10].tobytes())  # 64 bytes flipped inside the rows
+    corrupted = bytearray(data)
+    corrupted[at + 40 : at + 104] = bytes(b ^ 0xFF for b in corrupted[at + 40 : at + 104])
+    (tmp_path / "bad.pkl").write_bytes(bytes(corrupted))
+    with pytest.raises(ValueError, match="corrupted"):
+        model.load_replay_buffer(tmp_path / "bad.pkl")
+    assert model.replay_buffer is original and original.size() == 20
+    np.testing.assert_array_equal(original.storage.block, block)
+    original.close()
+
+
+def test_a_pickled_buffer_whose_storage_does_not_match_is_refused():
+    buf = SharedReplayBuffer(10, BOX_OBS, BOX_ACT, "cpu")
+    state = buf.__getstate__()
+    state["obs_dim"] = 4
+    fresh = SharedReplayBuffer.__new__(SharedReplayBuffer)
+    with pytest.raises(ValueError, match=r"\(obs_dim, act_dim, capacity\) = \(5, 2, 10\).*\(4, 2, 10\)"):
+        fresh.__setstate__(state)
+    buf.close()
+
+
 def test_pickle_gives_an_independent_plain_copy():
     buf = SharedReplayBuffer(10, BOX_OBS, BOX_ACT, "cpu")
     for args in random_steps(BOX_OBS, BOX_ACT, 1, 4, seed=0):

@@ -15,12 +15,20 @@ Ownership rules (why this module exists):
   whose registry is a set, so the child's unregister would also erase the owner's
   registration (and with it the crash clean-up).
 
+Backing (why a segment never dies of SIGBUS): a ``/dev/shm`` file is sparse, so a segment larger
+than the free space of its filesystem is created without complaint, and the process is killed
+by SIGBUS at the first page the filesystem cannot supply (Docker's default ``/dev/shm`` is
+64 MB). :meth:`Segment.create` therefore checks the free space first (``os.statvfs``) and then
+reserves every page (``os.posix_fallocate``), so a segment that cannot be backed fails at once
+with :class:`SharedMemoryFullError` and leaves nothing in ``/dev/shm``.
+
 POSIX only (Linux, macOS): Windows named memory has no unlink and is not supported.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import secrets
@@ -34,9 +42,79 @@ try:
 except ImportError:  # pragma: no cover - Windows
     _posixshmem = None
 
-__all__ = ["DEFAULT_PREFIX", "Segment", "SegmentNotFoundError", "new_segment_name"]
+__all__ = [
+    "DEFAULT_PREFIX",
+    "SHM_DIR",
+    "Segment",
+    "SegmentNotFoundError",
+    "SharedMemoryFullError",
+    "new_segment_name",
+    "shm_free_bytes",
+]
 
 DEFAULT_PREFIX = "unilab_"
+SHM_DIR = "/dev/shm"  #: where Linux keeps POSIX shared memory (a tmpfs)
+
+
+class SharedMemoryFullError(OSError, MemoryError):
+    """The filesystem behind shared memory (``/dev/shm``) cannot back a segment of the asked size.
+
+    Both an ``OSError`` (``errno.ENOSPC``) and a ``MemoryError``; nothing is left in ``/dev/shm``.
+    """
+
+
+def shm_free_bytes(path: str = SHM_DIR) -> int | None:
+    """Bytes an unprivileged process may still allocate on the filesystem at ``path``.
+
+    Args:
+        path: a directory on the filesystem (default ``/dev/shm``).
+
+    Returns:
+        ``f_bavail * f_frsize`` of ``os.statvfs(path)``, or ``None`` if ``path`` does not exist
+        (macOS keeps POSIX shared memory in no filesystem) or reports no block count (an
+        unlimited tmpfs).
+    """
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    if st.f_blocks == 0:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def _full_error(size: int, free: int | None, cause: str) -> SharedMemoryFullError:
+    """The error raised when ``size`` bytes cannot be backed: the size, the free space and the fix."""
+    have = "unknown" if free is None else f"{free} bytes ({_mib(free)})"
+    need_mb = -(-size // 2**20) + 64
+    return SharedMemoryFullError(
+        errno.ENOSPC,
+        f"cannot back a shared-memory segment of {size} bytes ({_mib(size)}): {SHM_DIR} has {have} free "
+        f"({cause}). Give shared memory more room (Docker: `docker run --shm-size={need_mb}m ...`, "
+        "Kubernetes: a memory-backed emptyDir on /dev/shm), or ask for less (e.g. a smaller replay "
+        "`buffer_size`, fewer envs or a shorter rollout).",
+    )
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Allocate every page of the segment now, so a write can never hit a missing page (SIGBUS).
+
+    Raises:
+        SharedMemoryFullError: if the filesystem has no room for ``size`` bytes.
+    """
+    if not hasattr(os, "posix_fallocate"):  # pragma: no cover - macOS: no fallocate on shm
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+            raise _full_error(size, shm_free_bytes(), f"posix_fallocate: {e.strerror}") from None
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENODEV):  # no fallocate: size check only
+            raise
 
 
 class SegmentNotFoundError(FileNotFoundError):
@@ -109,12 +187,21 @@ class Segment:
         (exactly as ``SharedMemory(create=True)`` does), which unlinks it if this process is
         killed before it could.
 
+        Every page is reserved before this returns (see the module docstring): writing into the
+        segment can never raise SIGBUS.
+
         :raises ValueError: if ``size < 1``.
-        :raises OSError: if the system refuses the segment (e.g. /dev/shm full).
+        :raises SharedMemoryFullError: (an ``OSError`` and a ``MemoryError``) if ``/dev/shm``
+            has less than ``size`` bytes free; the message names the size, the free space and
+            the fix. Nothing is left in ``/dev/shm``.
+        :raises OSError: if the system refuses the segment for another reason.
         """
         if _posixshmem is None:  # pragma: no cover - Windows
             raise NotImplementedError("shared replay segments need POSIX shared memory")
         size = check_positive_int("segment size", size)
+        free = shm_free_bytes()
+        if free is not None and size > free:
+            raise _full_error(size, free, "checked before creating it")
         while True:
             name = new_segment_name(prefix)
             try:
@@ -124,6 +211,7 @@ class Segment:
                 continue
         try:
             os.ftruncate(fd, size)
+            _reserve(fd, size)
             mm, size = _map(fd)
         except BaseException:
             os.close(fd)
@@ -164,6 +252,23 @@ class Segment:
     def closed(self) -> bool:
         """Whether :meth:`close` has run."""
         return not self._finalizer.alive
+
+    def is_linked(self) -> bool:
+        """Whether :attr:`name` still resolves to this segment (not unlinked, nor re-created).
+
+        One ``shm_open`` + two ``fstat`` + ``close`` (a few microseconds).
+        """
+        if self.closed:
+            return False
+        try:
+            fd = _posixshmem.shm_open("/" + self.name, os.O_RDONLY, mode=0o600)
+        except OSError:
+            return False
+        try:
+            other, mine = os.fstat(fd), os.fstat(self.fd)
+        finally:
+            os.close(fd)
+        return (other.st_dev, other.st_ino) == (mine.st_dev, mine.st_ino)
 
     def close(self) -> None:
         """Unmap; the owner also unlinks the name. Idempotent.

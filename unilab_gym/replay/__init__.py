@@ -5,6 +5,7 @@
   truncated | extras).
 - :class:`ReplayStorage`: the ring in POSIX shared memory (create / attach by
   :class:`ReplayHandle` / add / sample / close).
+- :func:`~unilab_gym.replay.integrity.data_checksum`: the checksum saved replay state carries.
 - :class:`TorchSampler` (imported lazily, needs torch): sampling straight into torch tensors.
 
 ``import unilab_gym.replay`` does not import torch. The SB3 buffer built on it is
@@ -20,19 +21,22 @@ from unilab_gym.replay.storage import (
     MAX_SLOTS,
     ReplayClosedError,
     ReplayHandle,
+    ReplayOwnerGoneError,
     ReplayStorage,
     Reservation,
 )
-from unilab_gym.shm import SegmentNotFoundError
+from unilab_gym.shm import SegmentNotFoundError, SharedMemoryFullError
 
 __all__ = [
     "MAX_SLOTS",
     "ReplayClosedError",
     "ReplayHandle",
     "ReplayLayout",
+    "ReplayOwnerGoneError",
     "ReplayStorage",
     "Reservation",
     "SegmentNotFoundError",
+    "SharedMemoryFullError",
     "TorchSampler",
 ]
 

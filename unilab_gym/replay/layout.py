@@ -129,6 +129,19 @@ class ReplayLayout:
         raise KeyError(f"no extra column group {name!r}; layout has {[n for n, _ in self.extras]}")
 
     @property
+    def fields(self) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+        """Every column group in block order, as ``(name, shape of one transition, dtype)``.
+
+        ``(("obs", (D,), "float32"), ("next_obs", (D,), "float32"), ("action", (A,), "float32"),
+        ("reward", (), "float32"), ("terminated", (), "float32"), ("truncated", (), "float32"),
+        *((name, (dim,), "float32") for each extra group))``. The shared segment records it, and
+        :meth:`~unilab_gym.replay.ReplayStorage.attach` compares it field by field.
+        """
+        D, A = (self.obs_dim,), (self.act_dim,)
+        base = (("obs", D), ("next_obs", D), ("action", A), ("reward", ()), ("terminated", ()), ("truncated", ()))
+        return tuple((name, shape, "float32") for name, shape in (*base, *((n, (d,)) for n, d in self.extras)))
+
+    @property
     def width(self) -> int:
         """Row width in float32 values: ``2*obs_dim + act_dim + 3 + extra_dim``."""
         return self.base_width + self.extra_dim

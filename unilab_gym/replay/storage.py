@@ -2,7 +2,10 @@
 
 Segment layout (one segment per storage)::
 
-    [ header: 144 int64 (1152 bytes) | block: capacity x layout.width float32, C order ]
+    [ header: 144 int64 (1152 bytes) | block: capacity x layout.width float32, C order | layout record ]
+
+The layout record (JSON: capacity and :attr:`ReplayLayout.fields`, a few hundred bytes) lets
+:meth:`ReplayStorage.attach` check the whole layout, not just the row width.
 
 Every transition ever reserved gets a *sequence number* ``seq`` (0, 1, 2, ...); it lives in
 row ``seq % capacity`` of the block. The header holds the shared counters:
@@ -10,6 +13,9 @@ row ``seq % capacity`` of the block. The header holds the shared counters:
 - ``head``: the number of rows ever reserved (the next ``seq``);
 - ``committed``: the number of rows ever committed;
 - ``closed``: set by the owner before it unlinks the segment;
+- ``owner pid`` (and its pid namespace): attachers check every 64th add / reserve / sample that
+  the owner is alive and the name still resolves to their segment, else they raise
+  :class:`ReplayOwnerGoneError` (a SIGKILLed owner cannot set ``closed``);
 - a table of 32 *slots*, each ``(state, start, stop, pid)``: a range ``[start, stop)`` of
   sequence numbers that is being written (``WRITING``) or was abandoned (``ABORTED``: its
   writer died, or gave up).
@@ -55,6 +61,8 @@ recycled when overwritten). A storage object inherited through ``fork`` refuses 
 from __future__ import annotations
 
 import fcntl
+import itertools
+import json
 import os
 import threading
 import time
@@ -65,14 +73,16 @@ from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
+from unilab_gym.replay.integrity import data_checksum, verify_checksum
 from unilab_gym.replay.layout import ReplayLayout
 from unilab_gym.shm import DEFAULT_PREFIX, Segment, SegmentNotFoundError
-from unilab_gym.validation import check_positive_int, check_real, check_real_array
+from unilab_gym.validation import check_int, check_positive_int, check_real, check_real_array
 
 __all__ = [
     "MAX_SLOTS",
     "ReplayClosedError",
     "ReplayHandle",
+    "ReplayOwnerGoneError",
     "ReplayStorage",
     "Reservation",
     "SegmentNotFoundError",
@@ -80,8 +90,10 @@ __all__ = [
 
 # ---- header layout (int64 indices) --------------------------------------------------------
 _MAGIC_VALUE = 0x554E494C41425250  # "UNILABRP"
-_VERSION_VALUE = 1
+_VERSION_VALUE = 2  # 2: owner pid and layout record
+_STATE_VERSION = 2  # of to_state(): 2 carries a checksum
 _MAGIC, _VERSION, _CAPACITY, _WIDTH, _HEAD, _COMMITTED, _GENERATION, _CLOSED = range(8)
+_OWNER_PID, _OWNER_PIDNS, _RECORD_BYTES = range(8, 11)
 _PREAMBLE = 16
 MAX_SLOTS = 32  #: reservations that may be in flight at once (writers x threads)
 _FREE, _WRITING, _ABORTED = 0, 1, 2
@@ -92,11 +104,19 @@ _HEADER_INTS = _PREAMBLE + 4 * MAX_SLOTS
 _HEADER_BYTES = 8 * _HEADER_INTS  # 1152, a multiple of 64: the block is cache-line aligned
 
 _MAX_SAMPLE_ROUNDS = 100
+_OWNER_CHECK_EVERY = 64  # attachers check the owner's liveness every this many adds / samples
 _LOCKED_WRITE_ROWS = 1024  # adds up to this many rows are written while holding the lock
 
 
 class ReplayClosedError(RuntimeError):
     """The storage (or the segment behind it) has been closed."""
+
+
+class ReplayOwnerGoneError(ReplayClosedError):
+    """The process that owns the replay is gone (killed or exited without closing it).
+
+    Raised to attached writers and readers: rows added now would never be read.
+    """
 
 
 @dataclass(frozen=True)
@@ -143,6 +163,88 @@ def _pid_alive(pid: int) -> bool:
         return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
     except (OSError, ValueError):  # no /proc (macOS): trust kill(0)
         return True
+
+
+def _pid_namespace() -> int:
+    """Inode of this process's pid namespace (0 where there is no ``/proc``)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _layout_record(layout: ReplayLayout, capacity: int) -> bytes:
+    """The JSON record of ``capacity`` and ``layout.fields`` stored at the end of the segment."""
+    fields = [[name, list(shape), dtype] for name, shape, dtype in layout.fields]
+    return json.dumps({"capacity": capacity, "fields": fields}, separators=(",", ":")).encode()
+
+
+def _describe(field: Any) -> str:
+    if field is None:
+        return "no field"
+    try:
+        name, shape, dtype = field
+        return f"{name!r} of shape {tuple(shape)} {dtype}"
+    except (TypeError, ValueError):
+        return repr(field)
+
+
+def _layout_mismatch(record: Mapping[str, Any], layout: ReplayLayout, capacity: int) -> str | None:
+    """The first difference between a segment's layout record and a handle, or ``None``."""
+    fields = record.get("fields")
+    if not isinstance(fields, list):
+        return "the segment has no field list"
+    wanted = [[name, list(shape), dtype] for name, shape, dtype in layout.fields]
+    for i, (got, want) in enumerate(itertools.zip_longest(fields, wanted)):
+        if got != want:
+            parts = zip(("name", "shape", "dtype"), got or [None] * 3, want or [None] * 3)
+            what = next((part for part, a, b in parts if a != b), "entry")
+            return f"field {i} {what}: the segment has {_describe(got)}, the handle {_describe(want)}"
+    if record.get("capacity") != capacity:
+        return f"capacity: the segment has {record.get('capacity')!r} rows, the handle {capacity}"
+    return None
+
+
+def _checked_state(state: Any) -> tuple[ReplayLayout, int, int, int, np.ndarray, np.ndarray]:
+    """Validate a :meth:`ReplayStorage.to_state` copy: ``(layout, capacity, head, committed, holes, rows)``.
+
+    :raises ValueError: naming the first missing key, broken invariant or checksum mismatch.
+    """
+    what = "replay storage state"
+    if not isinstance(state, Mapping):
+        raise ValueError(f"a {what} must be a mapping, got {type(state).__name__}")
+    missing = [k for k in ("version", "layout", "capacity", "head", "committed", "holes", "rows") if k not in state]
+    if missing:
+        raise ValueError(f"not a {what}: missing {missing}")
+    if state["version"] != _STATE_VERSION:
+        raise ValueError(
+            f"{what} version {state['version']!r} is not {_STATE_VERSION} (version 1 copies carry no checksum: "
+            "re-save them with this unilab-gym)"
+        )
+    layout = state["layout"]
+    if not isinstance(layout, ReplayLayout):
+        raise ValueError(f"{what}: layout must be a ReplayLayout, got {type(layout).__name__}")
+    capacity = check_positive_int(f"{what} capacity", state["capacity"])
+    head = check_int(f"{what} head", state["head"], minimum=0)
+    committed = check_int(f"{what} committed", state["committed"], minimum=0)
+    if committed > head:
+        raise ValueError(f"{what} is inconsistent: committed = {committed} > head = {head} (rows ever reserved)")
+    rows, holes = state["rows"], state["holes"]
+    shape = (min(head, capacity), layout.width)
+    if not isinstance(rows, np.ndarray) or rows.dtype != np.float32 or rows.shape != shape:
+        got = f"{rows.dtype} {rows.shape}" if isinstance(rows, np.ndarray) else type(rows).__name__
+        raise ValueError(f"{what}: rows must be a float32 array of shape {shape} (head {head}), got {got}")
+    if not isinstance(holes, np.ndarray) or holes.dtype != np.int64 or holes.ndim != 2 or holes.shape[1] != 2:
+        got = f"{holes.dtype} {holes.shape}" if isinstance(holes, np.ndarray) else type(holes).__name__
+        raise ValueError(f"{what}: holes must be an int64 array of shape (k, 2), got {got}")
+    if len(holes) > MAX_SLOTS:
+        raise ValueError(f"{what} has {len(holes)} holes, at most {MAX_SLOTS} are supported")
+    bad = (holes[:, 0] < 0) | (holes[:, 0] >= holes[:, 1]) | (holes[:, 1] > head)
+    if bad.any():
+        lo, hi = holes[bad][0]
+        raise ValueError(f"{what}: hole [{lo}, {hi}) is not a range 0 <= start < stop <= head = {head}")
+    verify_checksum(what, state.get("checksum"), layout.fields, capacity, head, committed, holes, rows)
+    return layout, capacity, head, committed, holes, rows
 
 
 def _as_rows(name: str, value: Any, n: int, dim: int) -> np.ndarray:
@@ -239,17 +341,23 @@ class ReplayStorage:
     :param capacity: number of rows (transitions), ``>= 1``.
     :param prefix: segment name prefix (the name is ``prefix`` + 16 hex digits).
     :raises ValueError: on a bad capacity.
-    :raises OSError: if the segment cannot be created (e.g. ``/dev/shm`` too small).
+    :raises ~unilab_gym.shm.SharedMemoryFullError: (an ``OSError`` and a ``MemoryError``) if
+        ``/dev/shm`` cannot back the segment; the message names the size, the free space and the
+        fix (``docker run --shm-size=...`` or a smaller capacity / ``buffer_size``).
+    :raises OSError: if the segment cannot be created for another reason.
     """
 
     def __init__(self, layout: ReplayLayout, capacity: int, *, prefix: str = DEFAULT_PREFIX) -> None:
         capacity = check_positive_int("capacity", capacity)
         if not isinstance(layout, ReplayLayout):
             raise ValueError(f"layout must be a ReplayLayout, got {type(layout).__name__}")
-        segment = Segment.create(_HEADER_BYTES + 4 * capacity * layout.width, prefix=prefix)
+        record = _layout_record(layout, capacity)
+        segment = Segment.create(_HEADER_BYTES + 4 * capacity * layout.width + len(record), prefix=prefix)
         try:
+            segment.buf[segment.size - len(record) :] = record
             header = np.frombuffer(segment.buf, dtype=np.int64, count=_HEADER_INTS)
-            header[_CAPACITY], header[_WIDTH] = capacity, layout.width
+            header[_CAPACITY], header[_WIDTH], header[_RECORD_BYTES] = capacity, layout.width, len(record)
+            header[_OWNER_PID], header[_OWNER_PIDNS] = os.getpid(), _pid_namespace()
             header[_VERSION] = _VERSION_VALUE
             header[_MAGIC] = _MAGIC_VALUE
             del header
@@ -263,32 +371,43 @@ class ReplayStorage:
         """Map the storage behind ``handle`` (zero copy) as a non-owner.
 
         The attacher may add and sample; it never unlinks the segment, and is not registered
-        with a resource tracker (cpython #82300).
+        with a resource tracker (cpython #82300). It checks every 64th add / reserve / sample
+        (and at once) that the owner process is alive and the name still resolves to the segment.
 
         :raises SegmentNotFoundError: if the segment does not exist (closed or never created).
         :raises ReplayClosedError: if its owner has closed it.
+        :raises ReplayOwnerGoneError: if its owner process is gone.
         :raises ValueError: if ``handle`` is not a :class:`ReplayHandle` or does not match the
-            segment (another storage, or a different layout / capacity).
+            segment: the message names the first mismatch of the full layout (field names,
+            shapes, dtypes in :attr:`ReplayLayout.fields` order, then the capacity).
         """
         if not isinstance(handle, ReplayHandle):
             raise ValueError(f"attach needs a ReplayHandle, got {type(handle).__name__}")
         segment = Segment.attach(handle.name)
         try:
-            expected = _HEADER_BYTES + 4 * handle.capacity * handle.layout.width
-            if segment.size < expected:
-                raise ValueError(
-                    f"shared replay segment {handle.name!r} has {segment.size} bytes, the handle expects {expected}"
-                )
+            prefix = f"shared replay segment {handle.name!r} does not match its handle"
+            if segment.size < _HEADER_BYTES:
+                raise ValueError(f"{prefix}: it has {segment.size} bytes, less than a replay header")
             header = np.frombuffer(segment.buf, dtype=np.int64, count=_HEADER_INTS)
-            found = (int(header[_MAGIC]), int(header[_VERSION]), int(header[_CAPACITY]), int(header[_WIDTH]))
+            magic, version, nrecord = int(header[_MAGIC]), int(header[_VERSION]), int(header[_RECORD_BYTES])
             closed = bool(header[_CLOSED])
             del header
-            wanted = (_MAGIC_VALUE, _VERSION_VALUE, handle.capacity, handle.layout.width)
-            if found != wanted:
-                raise ValueError(
-                    f"shared replay segment {handle.name!r} does not match its handle: "
-                    f"(magic, version, capacity, width) = {found}, expected {wanted}"
-                )
+            if magic != _MAGIC_VALUE:
+                raise ValueError(f"{prefix}: it is not a unilab-gym replay segment")
+            if version != _VERSION_VALUE:
+                raise ValueError(f"{prefix}: format version {version}, this unilab-gym reads {_VERSION_VALUE}")
+            if not 0 < nrecord <= segment.size - _HEADER_BYTES:
+                raise ValueError(f"{prefix}: its layout record is missing")
+            try:
+                record = json.loads(bytes(segment.buf[segment.size - nrecord :]))
+            except ValueError:
+                raise ValueError(f"{prefix}: its layout record is corrupted") from None
+            mismatch = _layout_mismatch(record, handle.layout, handle.capacity)
+            if mismatch is not None:
+                raise ValueError(f"{prefix}: {mismatch}")
+            expected = _HEADER_BYTES + 4 * handle.capacity * handle.layout.width + nrecord
+            if segment.size != expected:
+                raise ValueError(f"{prefix}: it has {segment.size} bytes, its layout needs {expected}")
             if closed:
                 raise ReplayClosedError(f"shared replay segment {handle.name!r} was closed by its owner")
         except BaseException:
@@ -296,6 +415,11 @@ class ReplayStorage:
             raise
         self = cls.__new__(cls)
         self._setup(segment, handle.layout, handle.capacity)
+        try:
+            self._check_owner()
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def _setup(self, segment: Segment, layout: ReplayLayout, capacity: int) -> None:
@@ -317,6 +441,10 @@ class ReplayStorage:
             segment.buf, dtype=np.float32, count=capacity * layout.width, offset=_HEADER_BYTES
         ).reshape(capacity, layout.width)
         self._pid = os.getpid()
+        self._owner_pid = int(self._header[_OWNER_PID])
+        self._owner_pid_visible = int(self._header[_OWNER_PIDNS]) == _pid_namespace()
+        # attachers check the owner at their first add / sample, then every _OWNER_CHECK_EVERY
+        self._owner_countdown = 2**62 if segment.owner else 1
         self._lock = _SegmentLock(segment)
         L, block = layout, self._block
         # per-column views of the whole block: a write is then one slice + one copy per column
@@ -357,8 +485,8 @@ class ReplayStorage:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of shared memory: 1152-byte header + ``capacity * layout.width * 4``."""
-        return _HEADER_BYTES + self._block.nbytes
+        """Bytes of shared memory: 1152-byte header + ``capacity * layout.width * 4`` + layout record."""
+        return self._segment.size
 
     @property
     def block(self) -> np.ndarray:
@@ -403,6 +531,26 @@ class ReplayStorage:
     def _check_open(self) -> None:
         self._lock.check()
 
+    def _check_owner(self) -> None:
+        """Attachers: raise :class:`ReplayOwnerGoneError` if the owner process is gone.
+
+        Gone means: its pid no longer runs (or is a zombie), when it lives in our pid namespace,
+        or the segment name no longer resolves to our segment (unlinked by the owner's resource
+        tracker, or re-created). About 10 us; called every ``_OWNER_CHECK_EVERY`` operations.
+        """
+        self._owner_countdown = _OWNER_CHECK_EVERY
+        pid = self._owner_pid
+        if self._owner_pid_visible and not _pid_alive(pid):
+            why = f"its process (pid {pid}) has exited"
+        elif not self._segment.is_linked():
+            why = "its segment was unlinked"
+        else:
+            return
+        raise ReplayOwnerGoneError(
+            f"the owner of shared replay {self.name!r} is gone: {why} without closing it (killed?). "
+            "Nothing reads this replay any more: stop adding to it, and attach to a new replay's handle."
+        )
+
     # ---- writing -------------------------------------------------------------------------------
     def reserve(self, n: int, *, timeout: float = 10.0) -> Reservation:
         """Reserve ``n`` rows for writing; pair with :meth:`commit` (or :meth:`abort`).
@@ -417,6 +565,7 @@ class ReplayStorage:
         :raises TimeoutError: if a live writer held the rows (or all slots) for ``timeout`` s;
             the message names its pid.
         :raises ReplayClosedError: if this object or the segment's owner has closed it.
+        :raises ReplayOwnerGoneError: (attachers) if the owner process is gone.
         """
         n = check_positive_int("number of rows to reserve", n)
         timeout = check_real("timeout", timeout, minimum=0.0)
@@ -455,6 +604,9 @@ class ReplayStorage:
         h = self._h
         if h[_CLOSED]:
             raise ReplayClosedError(f"shared replay segment {self.name!r} was closed by its owner")
+        self._owner_countdown -= 1
+        if self._owner_countdown <= 0:
+            self._check_owner()
         head = h[_HEAD]
         if self._state.tobytes() == _ALL_FREE:
             slot = 0  # fast path: no reservation in flight, no abandoned range
@@ -557,6 +709,9 @@ class ReplayStorage:
         :return: sequence number of the first row (rows are ``seq % capacity``).
         :raises ValueError: on a wrong shape or dtype (nothing is written), or
             ``n > capacity``.
+        :raises ReplayClosedError: if this object or the segment's owner has closed it.
+        :raises ReplayOwnerGoneError: (attachers, checked every 64th add) if the owner process
+            is gone: the rows would never be read.
         """
         self._lock.check()
         if not validate:
@@ -694,6 +849,9 @@ class ReplayStorage:
         if not isinstance(rng, np.random.Generator):
             raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
         with self._lock:
+            self._owner_countdown -= 1
+            if self._owner_countdown <= 0:
+                self._check_owner()
             generation, head, starts, lengths = self._valid_intervals()
         total = int(lengths.sum())
         if total == 0:
@@ -755,6 +913,8 @@ class ReplayStorage:
         :return: ``(seq, rows)``: ``(B,)`` int64 sequence numbers and ``(B, width)`` float32
             rows; use :attr:`layout` slices to split the columns.
         :raises ValueError: if ``batch_size < 1`` or nothing is committed yet.
+        :raises ReplayOwnerGoneError: (attachers, checked every 64th sample) if the owner
+            process is gone.
         :raises RuntimeError: if writers overwrote the drawn rows 100 times in a row (a ring far
             too small for its write rate).
         """
@@ -824,43 +984,45 @@ class ReplayStorage:
             self._header[_GENERATION] += 1
 
     def to_state(self) -> dict[str, Any]:
-        """A plain, picklable copy (no shared memory): layout, counters, holes and used rows.
+        """A plain, picklable copy (no shared memory): layout, counters, holes, used rows, checksum.
 
         Taken under the lock (writers wait for the copy). Rows being written become holes of
-        the copy. Restore with :meth:`from_state`.
+        the copy. ``"checksum"`` is the SHA-256 of everything else
+        (:func:`~unilab_gym.replay.integrity.data_checksum`); :meth:`from_state` verifies it.
+        Restore with :meth:`from_state`.
         """
         with self._lock:
             head = int(self._header[_HEAD])
+            committed = int(self._header[_COMMITTED])
             busy = self._state != _FREE
             holes = np.stack([self._start[busy], self._stop[busy]], axis=1)
-            return {
-                "version": _VERSION_VALUE,
-                "layout": self._layout,
-                "capacity": self._capacity,
-                "head": head,
-                "committed": int(self._header[_COMMITTED]),
-                "holes": holes,
-                "rows": self._block[: min(head, self._capacity)].copy(),
-            }
+            rows = self._block[: min(head, self._capacity)].copy()
+        return {
+            "version": _STATE_VERSION,
+            "layout": self._layout,
+            "capacity": self._capacity,
+            "head": head,
+            "committed": committed,
+            "holes": holes,
+            "rows": rows,
+            "checksum": data_checksum(self._layout.fields, self._capacity, head, committed, holes, rows),
+        }
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], *, prefix: str = DEFAULT_PREFIX) -> ReplayStorage:
         """Create a new owned storage holding a copy made by :meth:`to_state`.
 
-        :raises ValueError: if ``state`` is not such a copy.
+        Everything is checked before the segment is created: the keys and version, the layout,
+        ``0 <= committed <= head``, ``rows`` a float32 array of shape
+        ``(min(head, capacity), layout.width)``, ``holes`` an int64 ``(k, 2)`` table of at most
+        32 ranges ``0 <= start < stop <= head``, and the checksum of all of it.
+
+        :raises ValueError: if ``state`` is not such a copy, is inconsistent, or its checksum does
+            not match (corrupted); the message names the first problem. Nothing is created.
         """
-        try:
-            layout, capacity, rows, holes = state["layout"], state["capacity"], state["rows"], state["holes"]
-            head, committed = int(state["head"]), int(state["committed"])
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"not a replay storage state: missing {e}") from None
-        if state.get("version") != _VERSION_VALUE:
-            raise ValueError(f"replay state version {state.get('version')!r} is not {_VERSION_VALUE}")
-        if len(holes) > MAX_SLOTS:
-            raise ValueError(f"replay state has {len(holes)} holes, at most {MAX_SLOTS} are supported")
+        layout, capacity, head, committed, holes, rows = _checked_state(state)
         self = cls(layout, capacity, prefix=prefix)
         try:
-            rows = _as_rows("rows", rows, min(head, capacity), layout.width)
             self._block[: rows.shape[0]] = rows
             for i, (lo, hi) in enumerate(holes):
                 self._state[i], self._start[i], self._stop[i], self._spid[i] = _ABORTED, lo, hi, 0
