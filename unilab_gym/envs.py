@@ -26,7 +26,8 @@ class QuadrupedEnv(gym.Env):
     Args:
         render_mode: ``None`` or ``"rgb_array"`` ((240, 320, 3) uint8 frames).
         **kwargs: the task configuration, the fields of :class:`~unilab_gym.tasks.config.QuadrupedConfig`
-            (``dt``, ``substeps``, ``kp``, ...).
+            (``dt``, ``substeps``, ``kp``, ...), and the parameter trace's ``trace_max_records`` and
+            ``trace_path`` (see :class:`UniLabVectorEnv`).
 
     Raises:
         ValueError: an invalid task argument, naming it.
@@ -38,7 +39,7 @@ class QuadrupedEnv(gym.Env):
         for key in ("num_envs", "autoreset_mode", "envs_per_cluster"):
             if key in kwargs:
                 raise TypeError(f"QuadrupedEnv got vector-env argument {key!r}; use UniLabVectorEnv for several envs")
-        check_task_kwargs("QuadrupedEnv", kwargs, ("render_mode",))
+        check_task_kwargs("QuadrupedEnv", kwargs, ("render_mode", "trace_max_records", "trace_path"))
         self._vec = UniLabVectorEnv(1, render_mode=render_mode, autoreset_mode="Disabled", **kwargs)
         self.render_mode = render_mode
         self.metadata = {"render_modes": ["rgb_array"], "render_fps": self._vec.metadata["render_fps"]}

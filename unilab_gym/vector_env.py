@@ -28,18 +28,22 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from unilab_gym.latency import StepLatency
+from unilab_gym.memory import check_memory
 from unilab_gym.randomization import PARAMETER_NAMES
 from unilab_gym.sim import a1
 from unilab_gym.sim.world import ClusterWorld, RobotState
 from unilab_gym.tasks import quadruped as task
 from unilab_gym.tasks.config import QuadrupedConfig, check_task_kwargs
-from unilab_gym.trace import ParameterTrace, write_jsonl
+from unilab_gym.trace import DEFAULT_TRACE_MAX_RECORDS, ParameterTrace, write_jsonl
 from unilab_gym.validation import check_int, check_positive_int, check_seed
 
 #: Default robots per pybullet world; see README "Choosing envs_per_cluster" for the benchmark.
 DEFAULT_ENVS_PER_CLUSTER = 32
 
 _COL = {name: k for k, name in enumerate(PARAMETER_NAMES)}  # column of each parameter
+
+#: The constructor arguments that are not part of the task configuration (they change no trajectory).
+VECTOR_ENV_ARGS = ("num_envs", "envs_per_cluster", "render_mode", "autoreset_mode", "trace_max_records", "trace_path")
 
 
 class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's two bases type np_random_seed differently
@@ -91,6 +95,11 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         autoreset_mode: ``AutoresetMode`` or its value: ``"NextStep"`` (default),
             ``"SameStep"`` (``info["final_obs"]`` / ``info["final_info"]``), ``"Disabled"``
             (reset through ``reset(options={"reset_mask": mask})``).
+        trace_max_records: records of the parameter trace kept in memory, an int >= 0 (default
+            :data:`~unilab_gym.trace.DEFAULT_TRACE_MAX_RECORDS` = 10,000, 156 bytes each): :meth:`parameter_trace`
+            returns the last ``trace_max_records`` finished episodes.
+        trace_path: ``None`` (default) or a file to stream every record of the parameter trace to, as JSON Lines
+            (created or truncated; one file per env object: see :class:`~unilab_gym.trace.ParameterTrace`).
         **task_kwargs: the task configuration, the fields of
             :class:`~unilab_gym.tasks.config.QuadrupedConfig` (``max_episode_steps``, ``dt``,
             ``substeps``, ``kp``, ``kd``, ``action_scale``, ``solver_iterations``,
@@ -119,6 +128,8 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
     Raises:
         ValueError: for an invalid argument, naming it and its value.
         TypeError: for an unknown keyword argument (the message lists the valid ones).
+        MemoryError: the estimated memory of ``num_envs`` robots (:func:`~unilab_gym.memory.estimate_env_bytes`)
+            exceeds the available memory; raised before anything is built.
     """
 
     def __init__(
@@ -128,11 +139,11 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         envs_per_cluster: int = DEFAULT_ENVS_PER_CLUSTER,
         render_mode: str | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        trace_max_records: int = DEFAULT_TRACE_MAX_RECORDS,
+        trace_path: str | Path | None = None,
         **task_kwargs: Any,
     ):
-        check_task_kwargs(
-            "UniLabVectorEnv", task_kwargs, ("num_envs", "envs_per_cluster", "render_mode", "autoreset_mode")
-        )
+        check_task_kwargs("UniLabVectorEnv", task_kwargs, VECTOR_ENV_ARGS)
         self.num_envs = check_positive_int("num_envs", num_envs)
         envs_per_cluster = check_positive_int("envs_per_cluster", envs_per_cluster)
         if render_mode not in (None, "rgb_array"):
@@ -148,6 +159,8 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
                 f"autoreset_mode must be one of {[m.value for m in AutoresetMode]}, got {autoreset_mode!r}"
             ) from None
         self.config = config = QuadrupedConfig(**task_kwargs)
+        trace_max_records = check_int("trace_max_records", trace_max_records, minimum=0)
+        check_memory(self.num_envs, envs_per_cluster, config.domain_randomization.max_latency, trace_max_records)
         self.task_config: dict[str, Any] = config.to_dict()
         self.max_episode_steps = config.max_episode_steps
         self.dt = config.dt
@@ -176,6 +189,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self._state_view = self._state.read_only()
         self._clusters: list[tuple[slice, ClusterWorld]] = []
         self.closed = False
+        self._trace = ParameterTrace(trace_max_records, trace_path, self.task_config)
         try:
             for start in range(0, n, envs_per_cluster):
                 rows = slice(start, min(start + envs_per_cluster, n))
@@ -205,7 +219,6 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self._latency = np.zeros(n, dtype=np.int64)
         self._push_every = np.zeros(n, dtype=np.int64)  # control steps between pushes, 0 = none
         self._episode_rngs: list[np.random.Generator | None] = [None] * n  # for pushes
-        self._trace = ParameterTrace()
         self._episode_index = np.full(n, -1, dtype=np.int64)
         self._episode_return = np.zeros(n)
         self._episode_recorded = np.zeros(n, dtype=bool)
@@ -363,18 +376,21 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
     def parameter_trace(self) -> list[dict[str, Any]]:
         """One record per finished episode (terminated or truncated) of every env, in the order they
         finished: env index, episode index, episode seed, command, parameters, return, length and
-        termination cause. The format is in :mod:`unilab_gym.trace`."""
+        termination cause; the last ``trace_max_records`` of them (every one is in ``trace_path`` if
+        given). The format is in :mod:`unilab_gym.trace`."""
         return self._trace.records()
 
     def save_parameter_trace(self, path: str | Path) -> Path:
-        """Write :meth:`parameter_trace` to ``path`` as JSON Lines, after a header line with the
-        package versions and :attr:`task_config` (see :mod:`unilab_gym.trace`). Returns the path."""
+        """Write :meth:`parameter_trace` (the records in memory) to ``path`` as JSON Lines, after a header
+        line with the package versions and :attr:`task_config` (see :mod:`unilab_gym.trace`). Returns the path."""
         return write_jsonl(path, self.task_config, self.parameter_trace())
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Disconnect every pybullet world."""
+        """Disconnect every pybullet world and close the ``trace_path`` file (the trace stays readable)."""
         for _, world in getattr(self, "_clusters", []):
             world.close()
+        if hasattr(self, "_trace"):
+            self._trace.close()
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` once (all envs share this object) and return its result for each env.

@@ -3,8 +3,8 @@
 The fields are the task keyword arguments of :class:`~unilab_gym.vector_env.UniLabVectorEnv` and
 :class:`~unilab_gym.envs.QuadrupedEnv` (``gym.make(..., **kwargs)``), written here once with their
 units and defaults; ``env.task_config`` is :meth:`QuadrupedConfig.to_dict`. The arguments that do not
-change a trajectory (``num_envs``, ``envs_per_cluster``, ``render_mode``, ``autoreset_mode``) are
-not part of it.
+change a trajectory (``num_envs``, ``envs_per_cluster``, ``render_mode``, ``autoreset_mode``,
+``trace_max_records``, ``trace_path``) are not part of it.
 """
 
 from __future__ import annotations
