@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> Path:
         batch_size=256,
         learning_rate=3e-4,
         gamma=0.98,
-        ent_coef="auto_0.01",  # rewards are ~0.02 per step: SB3's initial 1.0 would drown them for ~20k updates
+        ent_coef="auto_0.01",  # rewards are at most ~0.05 per step: SB3's initial 1.0 would drown them for ~20k updates
         train_freq=1,
         gradient_steps=args.gradient_steps,
         policy_kwargs=dict(net_arch=[256, 256]),

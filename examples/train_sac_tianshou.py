@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> Path:
         critic2_optim=AdamOptimizerFactory(lr=3e-4),
         tau=0.005,
         gamma=0.98,
-        # rewards are ~0.02 per step: start alpha at 0.01, not 1.0, or the entropy term drowns them
+        # rewards are at most ~0.05 per step: start alpha at 0.01, not 1.0, or the entropy term drowns them
         alpha=AutoAlpha(
             target_entropy=-float(act_dim), log_alpha=float(np.log(0.01)), optim=AdamOptimizerFactory(lr=3e-4)
         ),
