@@ -11,7 +11,9 @@ and attributes documented there, so another backend can run the same writer with
 
 It reports to the learner through its own one-way pipe (``("episodes", returns, lengths)``
 messages, or ``("error", traceback)`` before it exits with code 1). It ignores SIGINT (the
-learner decides when to stop) and exits when the learner sets ``stop`` or disappears.
+learner decides when to stop; the pool spawns it with SIGINT blocked, so a Ctrl-C during its
+start-up prints no ``KeyboardInterrupt`` traceback either) and exits when the learner sets
+``stop`` or disappears. Its heartbeat (:attr:`Collector.running`) tells the learner it is alive.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from unilab_gym.runtime.control import (
     BUDGET,
     GRANTED,
     LEARNING_STARTS,
+    PROGRESS,
+    PROGRESS_NS,
     READY,
     STEP_LATENCY,
     TERMINATED,
@@ -167,11 +171,20 @@ class Collector:
         if getattr(base, "step_latency", None) is not None:
             base.step_latency = StepLatency(metrics[STEP_LATENCY])
         self._ready_ns = time.monotonic_ns()
+        self.row[PROGRESS_NS] = self._ready_ns
         self.row[READY] = 1
 
     @property
     def running(self) -> bool:
-        """False once the learner set ``stop`` or exited."""
+        """False once the learner set ``stop`` or exited.
+
+        Each read is also this collector's heartbeat (``PROGRESS`` += 1, ``PROGRESS_NS`` = now): a
+        writer reads it once per loop iteration, idle ones included, so a collector that stops
+        reading it (stopped, deadlocked, stuck in ``env.step``) is one the learner sees as hung.
+        """
+        row = self.row
+        row[PROGRESS] += 1
+        row[PROGRESS_NS] = time.monotonic_ns()
         return not self._control.stopped and os.getppid() == self.spec.parent_pid
 
     def budget(self) -> int:
@@ -249,7 +262,8 @@ def collector_main(
     spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: ControlHandle, conn: Connection
 ) -> None:
     """Process entry point: run the writer; on an exception, report it through ``conn`` first, then clean up."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a Ctrl-C that arrived while starting (blocked till now)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     opened: list[Any] = []  # closed in reverse order, after the learner has been told of any error
     code = 0
     try:

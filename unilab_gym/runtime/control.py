@@ -21,7 +21,9 @@ STOP, BUDGET, LEARNING_STARTS, GRANTED = 0, 1, 2, 3
 _GLOBAL = 8
 # per-collector row fields
 TRANSITIONS, VERSION, TERMINATED, TRUNCATED, STEP_CALLS, ROLLOUTS, READY = 0, 1, 2, 3, 4, 5, 6
-_ROW = 7
+# heartbeat: loop iterations so far, and ``time.monotonic_ns()`` of the last one (the learner sets it at spawn)
+PROGRESS, PROGRESS_NS = 7, 8
+_ROW = 9
 # per-collector float64 metrics row: the env's step latency (physics, task), then weight-sync latency
 STEP_LATENCY = slice(0, StepLatency.SIZE)
 WEIGHT_SYNC_LATENCY = slice(StepLatency.SIZE, StepLatency.SIZE + LatencyHistogram.SIZE)
@@ -43,7 +45,10 @@ class Control:
     ``granted`` (collectors may collect rollouts ``0 .. granted - 1``).
     Collector ``c`` fields: ``transitions`` written, policy ``version`` in use, episodes
     ``terminated`` / ``truncated``, ``step_calls`` (vector-env steps), ``rollouts`` completed
-    (on-policy), ``ready`` (1 once it is in its loop, where it notices ``stop`` within one step).
+    (on-policy), ``ready`` (1 once it is in its loop, where it notices ``stop`` within one step),
+    and its heartbeat: ``progress`` (loop iterations, idle ones included) and ``progress_ns``
+    (``time.monotonic_ns()``, a clock every process of the machine shares, at the last one; the
+    learner sets it when it spawns the collector, so start-up counts too).
     :attr:`metrics` row ``c`` (float64) holds collector ``c``'s latency histograms
     (:data:`STEP_LATENCY`, :data:`WEIGHT_SYNC_LATENCY`).
     """

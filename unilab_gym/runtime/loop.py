@@ -9,6 +9,7 @@ runner: it publishes the policy's weights, polls the pool for faults and finishe
 from __future__ import annotations
 
 import time
+import weakref
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from unilab_gym.runtime.collector import Writer
     from unilab_gym.runtime.metrics import ReplayInfo, RunnerMetrics
     from unilab_gym.runtime.pool import CollectorPool, Reports
+
+#: Models a loop drives now (an open ``AsyncRunner``): a model trained by two runners at once is refused.
+_DRIVEN: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class LearnerLoop(ABC):
@@ -36,12 +40,17 @@ class LearnerLoop(ABC):
     :ivar max_policy_lag: most weight versions a collector may act behind the learner.
     :ivar default_log_interval: ``learn()``'s ``log_interval`` when ``None`` is passed.
     :ivar normalization: the ``VecNormalize`` settings collectors apply, or ``None``.
+
+    Raises:
+        ValueError: another loop (another open ``AsyncRunner``) drives ``model``.
     """
 
     default_log_interval: int
     max_policy_lag: int
 
     def __init__(self, model: Any, policy: Any):
+        if model in _DRIVEN:
+            raise ValueError("this model is driven by another AsyncRunner that is still open; close that one first")
         self.model = model
         self.policy = policy
         self._params = list(policy.state_dict().values())
@@ -53,6 +62,7 @@ class LearnerLoop(ABC):
         self._flat = np.empty(self.weights_size, np.float32)
         self._published = np.full(self.weights_size, np.nan, np.float32)
         self._t0 = time.monotonic()
+        _DRIVEN.add(model)  # last: a loop that failed to build holds no claim
 
     # ------------------------------------------------------------------ collector side
     @abstractmethod
@@ -77,8 +87,9 @@ class LearnerLoop(ABC):
     def _run(self, pool: CollectorPool, metrics: RunnerMetrics, total: int, callback: Any, log_interval: int) -> None:
         """The family's ``learn()`` body (the collectors may not have started yet: call ``pool.start()``)."""
 
-    def close(self) -> None:  # noqa: B027 - optional: a loop that owns nothing has nothing to free
-        """Free what the loop owns. Idempotent."""
+    def close(self) -> None:
+        """Free what the loop owns and let another runner drive the model. Idempotent."""
+        _DRIVEN.discard(self.model)
 
     def publish(self, pool: CollectorPool, metrics: RunnerMetrics, *, only_if_changed: bool = False) -> int:
         """Publish the policy's weights as the next version; return it.

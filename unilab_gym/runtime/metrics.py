@@ -33,6 +33,7 @@ import numpy as np
 
 from unilab_gym.latency import LatencyHistogram, StepLatency, mean_latency_us
 from unilab_gym.runtime.control import STEP_LATENCY, TERMINATED, TRANSITIONS, TRUNCATED, WEIGHT_SYNC_LATENCY
+from unilab_gym.runtime.http_server import BoundedHTTPServer
 
 if TYPE_CHECKING:
     from unilab_gym.replay.storage import ReplayStorage
@@ -85,8 +86,8 @@ METRICS: tuple[Metric, ...] = (
         "unilab_policy_lag_versions",
         "gauge",
         "Policy lag of the data the learner last took in, in versions: off-policy, published version minus the "
-        "oldest version a running collector acts with; on-policy, learner version minus the last rollout's "
-        "behaviour version.",
+        "oldest version a running collector acts with, plus the training calls not published because of it; "
+        "on-policy, learner version minus the last rollout's behaviour version.",
     ),
     Metric(
         "unilab_replay_size_transitions", "gauge", "Transitions held in the shared replay buffer.", off_policy_only=True
@@ -130,6 +131,13 @@ METRICS: tuple[Metric, ...] = (
         "unilab_collector_errors_total",
         "counter",
         "Collector faults: an exception raised in a collector, or a collector that died.",
+    ),
+    Metric(
+        "unilab_collector_seconds_since_progress",
+        "gauge",
+        "Seconds since each collector's last heartbeat (an iteration of its loop, idle ones included; from its "
+        "spawn while it starts). Past collector_timeout_s the collector is hung: restarted or raised.",
+        ("collector",),
     ),
     Metric(
         "unilab_episodes_total",
@@ -283,6 +291,9 @@ class RunnerMetrics:
             "unilab_learner_seconds_total": [((phase,), seconds) for phase, seconds in self.learner_seconds.items()],
             "unilab_collector_restarts_total": [((), float(self.collector_restarts))],
             "unilab_collector_errors_total": [((), float(self.collector_errors))],
+            "unilab_collector_seconds_since_progress": [
+                ((str(c),), float(age)) for c, age in enumerate(self._pool.seconds_since_progress())
+            ],
             "unilab_episodes_total": [
                 *(((str(c), "terminated"), float(rows[c, TERMINATED])) for c in collectors),
                 *(((str(c), "truncated"), float(rows[c, TRUNCATED])) for c in collectors),
@@ -326,7 +337,8 @@ class RunnerMetrics:
         ``env_steps_per_s/c<i>``, ``step_physics_us``, ``step_task_us``, ``weight_sync_us``,
         ``policy_version``, ``policy_lag_mean``, ``policy_lag_max``, ``grad_steps``,
         ``grad_steps_per_s``, ``learner_<phase>_frac``, ``collector_restarts``,
-        ``collector_errors``, ``episodes_terminated``, ``episodes_truncated``; off-policy also
+        ``collector_errors``, ``seconds_since_progress/c<i>``, ``episodes_terminated``,
+        ``episodes_truncated``; off-policy also
         ``replay_size``, ``replay_committed``, ``replay_write_per_s``, ``replay_sample_per_s``,
         ``replay_ratio``.
         """
@@ -360,6 +372,8 @@ class RunnerMetrics:
             rec(f"unilab/learner_{phase}_frac", (self.learner_seconds[phase] - prev["learner"][phase]) / dt)
         rec("unilab/collector_restarts", self.collector_restarts)
         rec("unilab/collector_errors", self.collector_errors)
+        for c, age in enumerate(self._pool.seconds_since_progress()):
+            rec(f"unilab/seconds_since_progress/c{c}", float(age))
         rec("unilab/episodes_terminated", int(rows[:, TERMINATED].sum()))
         rec("unilab/episodes_truncated", int(rows[:, TRUNCATED].sum()))
         if self._replay_open():
@@ -374,7 +388,11 @@ class RunnerMetrics:
 
 
 class MetricsServer:
-    """Serve :class:`RunnerMetrics` to Prometheus over HTTP (``GET /metrics``), on a daemon thread.
+    """Serve :class:`RunnerMetrics` to Prometheus over HTTP (``GET /metrics``), on one daemon thread.
+
+    A :class:`~unilab_gym.runtime.http_server.BoundedHTTPServer`: slow or idle clients cost no
+    thread, at most ``MAX_CONNECTIONS`` (256) are open at once, each is closed after
+    ``IDLE_TIMEOUT_S`` (5 s) without a whole request, and :meth:`close` joins everything.
 
     Args:
         metrics: what to serve (read at every scrape).
@@ -389,13 +407,17 @@ class MetricsServer:
 
     def __init__(self, metrics: RunnerMetrics, port: int, addr: str = "127.0.0.1"):
         try:
-            from prometheus_client import CollectorRegistry, start_http_server
+            from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
         except ImportError as exc:  # pragma: no cover - prometheus-client is in the test extra
             raise ImportError('metrics_port needs prometheus-client: pip install "unilab-gym[metrics]"') from exc
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Exporter(metrics))
+
+        def page() -> tuple[bytes, str]:
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+
         try:
-            server, self._thread = start_http_server(port, addr=addr, registry=registry)
+            server = BoundedHTTPServer({"/metrics": page, "/": page}, port, addr, name="unilab-metrics")
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise OSError(
@@ -404,9 +426,9 @@ class MetricsServer:
                     "pass another metrics_port, or 0 for a free one",
                 ) from exc
             raise
+        self._server: BoundedHTTPServer | None = server
         #: the bound port (the free one picked when asked for 0).
-        self._server: Any = server
-        self.port: int = server.server_port
+        self.port: int = server.port
         self.addr = addr
 
     @property
@@ -416,12 +438,10 @@ class MetricsServer:
         return f"http://{host}:{self.port}/metrics"
 
     def close(self) -> None:
-        """Stop serving and release the port. Idempotent."""
+        """Close every connection, stop serving, join the server's thread and release the port. Idempotent."""
         if self._server is None:
             return
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5.0)
+        self._server.close()
         self._server = None
 
 

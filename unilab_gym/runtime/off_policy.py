@@ -15,8 +15,11 @@ runs ``floor((num_timesteps - learning_starts) * replay_ratio)`` gradient steps 
 **Policy lag** is the learner's published weight version minus the version a collector acts
 with. Collectors load every new version before their next step; the learner never publishes a
 version more than ``max_policy_lag`` ahead of the slowest live collector (it keeps training and
-publishes later), so the lag stays within ``max_policy_lag`` (default 4). Both figures are logged
-with the other pipeline metrics (:mod:`unilab_gym.runtime.metrics`).
+publishes later), so the lag of the data stays within ``max_policy_lag`` (default 4). The lag
+metric counts each training call held back that way as one more version: it is the lag the
+slowest collector really has behind the learner's weights, so a stalled collector shows a
+growing lag (until ``collector_timeout_s`` declares it hung), not a healthy ``max_policy_lag``.
+Both figures are logged with the other pipeline metrics (:mod:`unilab_gym.runtime.metrics`).
 """
 
 from __future__ import annotations
@@ -192,6 +195,7 @@ class OffPolicyLoop(LearnerLoop):
         self.replay_ratio = check_real("replay_ratio", replay_ratio, minimum=0.0)
         self.max_policy_lag = max_policy_lag
         self.num_collectors, self.envs_per_collector = num_collectors, envs_per_collector
+        self._held = 0  # training calls since the last publish, held back by a lagging collector
         # a saved model must load without unilab_gym: SB3 pickles replay_buffer_class
         model.replay_buffer_class = ReplayBuffer
         model.replay_buffer_kwargs = {}
@@ -242,7 +246,7 @@ class OffPolicyLoop(LearnerLoop):
                 if not callback.on_step():
                     return
             model.num_timesteps = now_steps
-            metrics.observe_policy_lag(pool.policy_lag())
+            metrics.observe_policy_lag(pool.policy_lag() + self._held)
             if model._episode_num // log_interval > episodes_logged // log_interval:
                 episodes_logged = model._episode_num
                 metrics.record(model.logger)
@@ -266,6 +270,9 @@ class OffPolicyLoop(LearnerLoop):
                 # never publish a version more than max_policy_lag ahead of a live collector
                 if pool.policy_lag() + 1 <= self.max_policy_lag:
                     self.publish(pool, metrics)
+                    self._held = 0
+                else:
+                    self._held += 1
             if done:
                 return
             set_budget()

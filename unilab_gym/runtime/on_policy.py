@@ -237,9 +237,17 @@ class OnPolicyLoop(LearnerLoop):
         super().__init__(model, model.policy)
         self.max_policy_lag = max_policy_lag
         self.envs_per_collector = envs_per_collector
-        self.storage = RolloutStorage.create(
-            model.n_steps, n_envs, model.observation_space.shape, int(np.prod(model.action_space.shape)), num_collectors
-        )
+        try:
+            self.storage = RolloutStorage.create(
+                model.n_steps,
+                n_envs,
+                model.observation_space.shape,
+                int(np.prod(model.action_space.shape)),
+                num_collectors,
+            )
+        except BaseException:
+            super().close()  # no claim on the model is left
+            raise
         old = model.rollout_buffer
         self._own_buffer = RunnerRolloutBuffer(
             old.buffer_size,
@@ -273,6 +281,7 @@ class OnPolicyLoop(LearnerLoop):
 
     def close(self) -> None:
         """Free the rollout storage and give the model back its own rollout buffer. Idempotent."""
+        super().close()
         if self.model.rollout_buffer is self._own_buffer:
             self.model.rollout_buffer = self._stock_buffer
         self.storage.close()

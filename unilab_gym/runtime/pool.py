@@ -14,6 +14,7 @@ Who owns what in :mod:`unilab_gym.runtime`::
     weights.py      the weight vector format and SharedWeights (versioned, in shared memory)
     rollout.py      RolloutStorage, the shared rollout slots of the on-policy family
     metrics.py      RunnerMetrics (reads the counters through the pool), the Prometheus server
+    http_server.py  BoundedHTTPServer, the metrics server's HTTP (one thread, bounded connections)
     errors.py       CollectorError, what poll() raises for a collector fault
 
 The loops talk to collectors only through :class:`CollectorPool`: :meth:`~CollectorPool.start`,
@@ -34,6 +35,7 @@ owns none.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from unilab_gym.runtime.control import VERSION
+from unilab_gym.runtime.control import PROGRESS_NS, VERSION
 
 if TYPE_CHECKING:
     from unilab_gym.runtime.collector import Writer
@@ -54,7 +56,8 @@ class Counters(Protocol):
     :ivar num_collectors: rows of the table.
     :ivar rows: int64 ``(num_collectors, ...)``: collector ``c``'s counters, fields as in
         :mod:`unilab_gym.runtime.control` (``TRANSITIONS``, ``VERSION``, ``TERMINATED``,
-        ``TRUNCATED``, ``STEP_CALLS``, ``ROLLOUTS``, ``READY``).
+        ``TRUNCATED``, ``STEP_CALLS``, ``ROLLOUTS``, ``READY``, and the heartbeat ``PROGRESS``,
+        ``PROGRESS_NS``: loop iterations and the ``time.monotonic_ns()`` of the last one).
     :ivar metrics: float64 ``(num_collectors, ...)``: collector ``c``'s latency histograms
         (``STEP_LATENCY``, ``WEIGHT_SYNC_LATENCY`` of :mod:`unilab_gym.runtime.control`).
     """
@@ -127,6 +130,8 @@ class CollectorSetup:
     :ivar env_fn: a picklable ``env_fn(num_envs) -> VectorEnv``, or ``None`` with ``env_id``.
     :ivar env_kwargs: keyword arguments for ``gym.make_vec``.
     :ivar max_restarts: faults the pool survives over its life by replacing the collector.
+    :ivar collector_timeout_s: a collector whose heartbeat does not move for this many seconds
+        (from its spawn while it starts) is hung: a fault, as if it had died.
     """
 
     num_collectors: int
@@ -139,6 +144,7 @@ class CollectorSetup:
     env_fn: Callable[[int], Any] | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_restarts: int = 0
+    collector_timeout_s: float = 60.0
 
     def env_seed(self, index: int, restarts: int) -> int:
         """Env seed of collector ``index`` after ``restarts`` replacements."""
@@ -196,6 +202,14 @@ class CollectorPool(ABC):
         acting = versions[versions > 0]
         return max(0, self.weight_version - int(acting.min())) if acting.size else 0
 
+    def seconds_since_progress(self) -> np.ndarray:
+        """float64 ``(num_collectors,)``: seconds since each collector's last heartbeat (its spawn if none yet).
+
+        0 for a collector never started.
+        """
+        beats = self.counters.rows[:, PROGRESS_NS]
+        return np.where(beats > 0, (time.monotonic_ns() - beats) / 1e9, 0.0)
+
     # ------------------------------------------------------------------ learner signals
     @abstractmethod
     def set_budget(self, transitions: int) -> None:
@@ -214,7 +228,8 @@ class CollectorPool(ABC):
     def poll(self) -> Reports:
         """Take in what collectors reported (see :class:`Reports`) and handle faults.
 
-        A fault (a collector raised, or died) counts in :attr:`faults`; while
+        A fault (a collector raised, died, or made no progress for ``setup.collector_timeout_s``:
+        hung, and then killed) counts in :attr:`faults`; while
         ``setup.max_restarts`` allows, the collector is replaced (with a ``RuntimeWarning``
         naming the fault), otherwise the fault is raised.
 

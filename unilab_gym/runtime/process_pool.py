@@ -21,6 +21,7 @@ import copy
 import io
 import multiprocessing as mp
 import os
+import signal
 import socket
 import time
 import warnings
@@ -30,7 +31,17 @@ from typing import Any
 import numpy as np
 
 from unilab_gym.runtime.collector import CollectorSpec, collector_main
-from unilab_gym.runtime.control import BUDGET, GRANTED, LEARNING_STARTS, READY, STOP, TRANSITIONS, VERSION, Control
+from unilab_gym.runtime.control import (
+    BUDGET,
+    GRANTED,
+    LEARNING_STARTS,
+    PROGRESS_NS,
+    READY,
+    STOP,
+    TRANSITIONS,
+    VERSION,
+    Control,
+)
 from unilab_gym.runtime.errors import CollectorError
 from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, CollectorStatus, Counters, Reports
 from unilab_gym.runtime.weights import SharedWeights
@@ -38,6 +49,9 @@ from unilab_gym.shm import Segment
 
 #: Longest the learner waits for collectors to exit on close before terminating them, in s.
 JOIN_TIMEOUT_S = 3.0
+#: Least time a collector still starting (importing torch, building its env) gets before it counts as hung, in s
+#: (``collector_timeout_s`` if larger): start-up took up to ~10 s on a loaded 2-core machine.
+START_TIMEOUT_S = 60.0
 
 
 class ProcessCollectorPool(CollectorPool):
@@ -110,7 +124,14 @@ class ProcessCollectorPool(CollectorPool):
             name=f"unilab-collector-{c}",
             daemon=True,
         )
-        proc.start()
+        self._control.rows[c, PROGRESS_NS] = time.monotonic_ns()  # its heartbeat runs from now: start-up counts
+        # spawned with SIGINT blocked (the mask survives exec): a Ctrl-C meant for the learner reaches the
+        # collector while it starts, and would print a KeyboardInterrupt traceback; collector_main ignores it
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C meanwhile is delivered here now
         writer.close()
         return proc, reader
 
@@ -199,7 +220,13 @@ class ProcessCollectorPool(CollectorPool):
     def poll(self) -> Reports:
         reports = Reports()
         ready = wait(self._conns + [p.sentinel for p in self._procs], timeout=0)
-        if not ready:
+        hung = np.zeros(self.num_collectors, bool)
+        since = np.zeros(self.num_collectors)
+        if self._procs:
+            since = self.seconds_since_progress()
+            timeout = self.setup.collector_timeout_s
+            hung = since > np.where(self._control.rows[:, READY] > 0, timeout, max(timeout, START_TIMEOUT_S))
+        if not ready and not hung.any():
             return reports
         for c, (conn, proc) in enumerate(zip(self._conns, self._procs)):
             fault: CollectorError | None = None
@@ -227,12 +254,29 @@ class ProcessCollectorPool(CollectorPool):
             if fault is None and (proc.sentinel in ready or not proc.is_alive()):
                 proc.join(0.1)
                 fault = self._death(c, proc)
+            if fault is None and hung[c]:
+                fault = self._hang(c, proc, float(since[c]))
             if fault is not None:
                 self._faults += 1
                 if self._restarts >= self.setup.max_restarts:
                     raise fault
                 self._restart(c, fault)
         return reports
+
+    def _hang(self, c: int, proc: Any, since: float) -> CollectorError:
+        """The error for collector ``c``, alive but without progress for ``since`` s; kills it (nothing to save)."""
+        started = bool(self._control.rows[c, READY])
+        message = (
+            f"collector {c} (pid {proc.pid}) made no progress for {since:.1f} s "
+            f"(collector_timeout_s={self.setup.collector_timeout_s:g}) "
+            + ("while starting" if not started else "in its loop")
+            + ": it is hung (stopped, e.g. SIGSTOP, deadlocked, or stuck in its env's step); killed it"
+        )
+        proc.kill()  # SIGKILL also ends a stopped process
+        proc.join(1.0)
+        return CollectorError(
+            message, collector=c, pid=proc.pid, exitcode=proc.exitcode, traceback=None, seconds_since_progress=since
+        )
 
     def _death(self, c: int, proc: Any) -> CollectorError:
         """The error for collector ``c``, which exited without reporting an exception."""

@@ -33,7 +33,7 @@ import numpy as np
 from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics
 from unilab_gym.runtime.pool import CollectorSetup
 from unilab_gym.runtime.process_pool import ProcessCollectorPool
-from unilab_gym.validation import check_int, check_positive_int, check_seed
+from unilab_gym.validation import check_int, check_positive_int, check_real, check_seed
 
 if TYPE_CHECKING:
     from unilab_gym.runtime.loop import LearnerLoop
@@ -78,6 +78,13 @@ class AsyncRunner:
             collector that died, e.g. SIGKILL) the runner survives over its life by starting a
             new collector in its place (with a new env seed; a warning names the fault). The next
             fault raises :class:`CollectorError`. Default 0: the first fault raises.
+        collector_timeout_s: a collector whose heartbeat (a progress counter and time it updates at
+            every iteration of its loop, idle ones included) does not move for this many seconds
+            is hung (stopped, deadlocked, stuck in its env's step): a fault like a death, killed,
+            then restarted within ``max_collector_restarts`` or raised as :class:`CollectorError`
+            (naming it, its pid and the seconds since its last progress). A collector still
+            starting gets at least ``START_TIMEOUT_S`` (60 s, :mod:`~unilab_gym.runtime.process_pool`).
+            Default 60: a healthy collector beats every few milliseconds.
         metrics_port: serve the pipeline metrics (:data:`unilab_gym.runtime.metrics.METRICS`) to
             Prometheus at ``http://<metrics_addr>:<port>/metrics`` (0: a free port, see
             :attr:`metrics_url`). Default ``None``: no server. Needs ``prometheus-client``.
@@ -87,7 +94,8 @@ class AsyncRunner:
     Raises:
         ValueError: an unsupported model or model setting (named in the message), both or
             neither of ``env_id`` / ``env_fn``, bad counts, a bad ``max_policy_lag``,
-            ``replay_ratio``, ``max_collector_restarts``, ``metrics_port`` or ``metrics_addr``, or a
+            ``replay_ratio``, ``max_collector_restarts``, ``collector_timeout_s``, ``metrics_port`` or
+            ``metrics_addr``, a model another open ``AsyncRunner`` drives, or a
             ``VecNormalize`` over non-flat observations.
         OSError: ``metrics_port`` is already in use (``errno.EADDRINUSE``); nothing is left running.
 
@@ -108,6 +116,7 @@ class AsyncRunner:
         seed: int | None = None,
         start_method: str = "spawn",
         max_collector_restarts: int = 0,
+        collector_timeout_s: float = 60.0,
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
     ):
@@ -123,6 +132,9 @@ class AsyncRunner:
         num_collectors = check_positive_int("num_collectors", num_collectors)
         envs_per_collector = check_positive_int("envs_per_collector", envs_per_collector)
         max_collector_restarts = check_int("max_collector_restarts", max_collector_restarts, minimum=0)
+        collector_timeout_s = check_real(
+            "collector_timeout_s", collector_timeout_s, minimum=0.0, exclusive_minimum=True
+        )
         if metrics_port is not None:
             metrics_port = check_int("metrics_port", metrics_port, minimum=0, maximum=65535)
         if not isinstance(metrics_addr, str) or not metrics_addr:
@@ -154,6 +166,7 @@ class AsyncRunner:
                 env_fn=env_fn,
                 env_kwargs=collector_env_kwargs,
                 max_restarts=max_collector_restarts,
+                collector_timeout_s=collector_timeout_s,
             )
             self._pool = ProcessCollectorPool(setup, start_method)
         except BaseException:
@@ -175,6 +188,7 @@ class AsyncRunner:
         self.max_policy_lag: int = loop.max_policy_lag
         self.seed = setup.seed
         self.max_collector_restarts = max_collector_restarts
+        self.collector_timeout_s = collector_timeout_s
         self._closed = False
         loop.publish(self._pool, self.metrics)
 
@@ -246,7 +260,8 @@ class AsyncRunner:
         ``infos`` / ``dones`` (the learner never sees single steps).
 
         Raises:
-            CollectorError: a collector raised (with its traceback) or died (e.g. SIGKILL).
+            CollectorError: a collector raised (with its traceback), died (e.g. SIGKILL), or hung
+                (no progress for ``collector_timeout_s``, e.g. SIGSTOP).
                 Collectors are stopped before any exception leaves ``learn``.
             RuntimeError: the runner is closed.
         """

@@ -1,0 +1,98 @@
+"""The metrics HTTP server under slow clients (issue 19, item 8): bounded threads, idle timeouts, joined on close."""
+
+import os
+import socket
+import sys
+import threading
+import urllib.request
+
+import pytest
+
+pytest.importorskip("stable_baselines3")
+pytest.importorskip("prometheus_client")
+
+from unilab_gym import AsyncRunner
+from unilab_gym.runtime import http_server
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_async_runner import ID, SMALL_ENV, make_sac, release
+
+
+def port_is_free(port):
+    """Whether a new server can listen on the port (with SO_REUSEADDR: closed connections may sit in TIME_WAIT)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+        except OSError:
+            return False
+    return True
+
+
+def half_open(port, count):
+    """``count`` connections that send part of a request (every other one) or nothing, and never finish."""
+    socks = []
+    for i in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        if i % 2:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # no blank line: the request never ends
+        socks.append(s)
+    return socks
+
+
+def test_half_open_connections_cost_no_thread_and_close_joins_everything():
+    model = make_sac()
+    baseline = threading.active_count()
+    runner = AsyncRunner(model, env_id=ID, num_collectors=1, envs_per_collector=2, env_kwargs=SMALL_ENV, metrics_port=0)
+    port = int(runner.metrics_url.rsplit(":", 1)[1].split("/")[0])
+    socks = half_open(port, 200)
+    try:
+        # served in order of arrival: the scrape is answered after the server took in all 200 (before: 200 threads)
+        text = urllib.request.urlopen(runner.metrics_url, timeout=10).read().decode()
+        assert "unilab_collector_seconds_since_progress" in text
+        assert threading.active_count() <= baseline + 1  # the server's one thread
+        runner.close()
+        assert threading.active_count() == baseline
+        assert port_is_free(port)
+        for s in socks:  # every connection was closed by the server
+            assert s.recv(1) == b""
+    finally:
+        runner.close()
+        for s in socks:
+            s.close()
+    release(model)
+
+
+def test_an_idle_connection_is_closed_after_the_timeout(monkeypatch):
+    monkeypatch.setattr(http_server, "IDLE_TIMEOUT_S", 0.2)
+    server = http_server.BoundedHTTPServer({"/": lambda: (b"ok", "text/plain")}, 0, "127.0.0.1")
+    try:
+        (idle,) = half_open(server.port, 1)
+        with idle:
+            assert idle.recv(1) == b""  # closed by the server, not by our 10 s socket timeout
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(b"GET / HTTP/1.1\r\n\r\n")
+            reply = s.makefile("rb").read()
+        assert reply.startswith(b"HTTP/1.1 200 OK") and reply.endswith(b"\r\n\r\nok")
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(b"GET /nope HTTP/1.1\r\n\r\n")
+            assert s.makefile("rb").read().startswith(b"HTTP/1.1 404")
+    finally:
+        server.close()
+    assert server.open_connections == 0 and port_is_free(server.port)
+
+
+def test_more_connections_than_the_bound_are_refused(monkeypatch):
+    monkeypatch.setattr(http_server, "MAX_CONNECTIONS", 4)
+    server = http_server.BoundedHTTPServer({"/": lambda: (b"ok", "text/plain")}, 0, "127.0.0.1")
+    socks = half_open(server.port, 5)
+    try:
+        assert socks[4].recv(1) == b""  # the fifth is closed unanswered
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            assert s.recv(1) == b""  # so is any other while four are open
+        assert server.open_connections == 4
+    finally:
+        server.close()
+        for s in socks:
+            s.close()
