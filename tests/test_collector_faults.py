@@ -158,3 +158,22 @@ def test_ctrl_c_during_collector_start_up_prints_no_traceback(capfd):
     assert "KeyboardInterrupt" not in capfd.readouterr().err
     assert survived
     release(model)
+
+
+def test_each_collector_streams_its_parameter_trace_to_its_own_file(tmp_path):
+    from unilab_gym.runtime.pool import CollectorSetup
+
+    setup = CollectorSetup(
+        num_collectors=2, envs_per_collector=4, seed=0, policy=None, weights_size=1, writers=(),
+        env_id=ID, env_kwargs={"trace_path": str(tmp_path / "trace.jsonl"), "max_episode_steps": 20},
+    )  # fmt: skip
+    paths = {setup.collector_env_kwargs(c, r)["trace_path"] for c in (0, 1) for r in (0, 1)}
+    assert paths == {
+        tmp_path / "trace.collector0.jsonl",
+        tmp_path / "trace.collector1.jsonl",
+        tmp_path / "trace.collector0.restart1.jsonl",
+        tmp_path / "trace.collector1.restart1.jsonl",
+    }
+    assert setup.collector_env_kwargs(1, 0)["max_episode_steps"] == 20
+    assert setup.env_kwargs["trace_path"] == str(tmp_path / "trace.jsonl")  # the setup itself is untouched
+    assert "trace_path" not in CollectorSetup(1, 1, 0, None, 1, (), env_id=ID).collector_env_kwargs(0, 0)

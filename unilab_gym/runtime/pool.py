@@ -39,6 +39,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -149,6 +150,20 @@ class CollectorSetup:
     def env_seed(self, index: int, restarts: int) -> int:
         """Env seed of collector ``index`` after ``restarts`` replacements."""
         return self.seed + (index + restarts * self.num_collectors) * self.envs_per_collector
+
+    def collector_env_kwargs(self, index: int, restarts: int) -> dict[str, Any]:
+        """``env_kwargs`` of collector ``index`` after ``restarts`` replacements.
+
+        A ``trace_path`` (the env's parameter-trace file, which one env at a time may write) becomes
+        one file per collector process: ``<stem>.collector<index><suffix>``, with ``.restart<restarts>``
+        before the suffix for a replacement.
+        """
+        kwargs = dict(self.env_kwargs)
+        if kwargs.get("trace_path") is not None:
+            path = Path(kwargs["trace_path"])
+            tag = f".collector{index}" + (f".restart{restarts}" if restarts else "")
+            kwargs["trace_path"] = path.with_name(f"{path.stem}{tag}{path.suffix}")
+        return kwargs
 
     def torch_seed(self, index: int, restarts: int) -> int:
         """Torch / numpy seed of collector ``index`` after ``restarts`` replacements."""

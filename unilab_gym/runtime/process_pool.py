@@ -114,7 +114,7 @@ class ProcessCollectorPool(CollectorPool):
             writer=setup.writers[c],
             env_id=setup.env_id,
             env_fn=setup.env_fn,
-            env_kwargs=setup.env_kwargs,
+            env_kwargs=setup.collector_env_kwargs(c, restarts),
             parent_pid=os.getpid(),
         )
         reader, writer = self._ctx.Pipe(duplex=False)
