@@ -24,11 +24,15 @@ Importing this module imports Tianshou (and torch).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import numbers
+import os
+import tempfile
 from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
+import h5py
 import numpy as np
 import pandas as pd
 from gymnasium import spaces
@@ -36,6 +40,7 @@ from gymnasium.vector import AutoresetMode
 from tianshou.data import Batch, VectorReplayBuffer
 from tianshou.data.batch import BatchProtocol
 from tianshou.data.types import RolloutBatchProtocol
+from tianshou.data.utils.converter import from_hdf5, to_hdf5
 from tianshou.env import BaseVectorEnv
 
 from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
@@ -466,7 +471,8 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
             ``(insertion_idx, episode_return, episode_length, episode_start_idx)``, each (R,).
 
         Raises:
-            ValueError: non-float obs / act, or shapes that differ from the block's; nothing is
+            ValueError: non-float obs / act, shapes that differ from the block's, or a ``rew`` that is
+                not one number per transition (shape (R,): vector rewards are refused); nothing is
                 written and no index advances.
         """
         obs, act = np.asarray(batch.obs), np.asarray(batch.act)
@@ -479,6 +485,13 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
         if obs_next is None:
             raise ValueError("SharedVectorReplayBuffer needs obs_next in every added batch")
         r = len(obs)
+        rew = np.asarray(batch.rew)
+        if rew.shape != (r,) or rew.dtype.kind not in "biuf":
+            raise ValueError(
+                f"SharedVectorReplayBuffer stores one float reward per transition: rew must have shape ({r},) "
+                f"and a numeric dtype, got shape {rew.shape}, dtype {rew.dtype}; use tianshou's VectorReplayBuffer "
+                "for vector rewards"
+            )
         if self._obs_shape is None or self._act_dim is None:  # the first add: allocate the block
             obs_shape, act_dim = obs.shape[1:], int(np.prod(act.shape[1:], dtype=int))
             self._allocate(obs_shape, act_dim)
@@ -505,8 +518,14 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
         default_value: float | None = None,
     ) -> None:
         """``ReplayBuffer.set_array_at_key`` (used by episode hooks), keeping ``hasnull()`` exact."""
+        new_key = key not in self._meta.get_keys()
         super().set_array_at_key(seq, key, index, default_value)
-        rows = np.arange(self.maxsize) if index is None else np.asarray(index).reshape(-1)
+        # a new key fills the rows outside ``index`` with its default (NaN / None): recheck every row.
+        # Only stored rows count (as Tianshou's ``self[:].hasnull()``); a row is checked again when added.
+        everything = np.arange(self.maxsize)
+        rows = everything if index is None or new_key else everything[index].reshape(-1)
+        sub = np.searchsorted(self._offset, rows, side="right") - 1
+        rows = rows[rows - self._offset[sub] < np.asarray(self._lengths)[sub]]
         self._null[rows] = _null_rows(self._meta, rows)
 
     # ------------------------------------------------------------------ null checks without rescans
@@ -531,6 +550,62 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
     def dropnull(self) -> None:
         """Not supported: dropping rows would move transitions between sub-buffers."""
         raise NotImplementedError("SharedVectorReplayBuffer does not support dropnull()")
+
+    # ------------------------------------------------------------------ HDF5: the pickled state, written atomically
+    def save_hdf5(self, path: str, compression: str | None = None) -> None:
+        """Save a copy of the buffer (data, counters and a SHA-256 checksum) to the HDF5 file ``path``.
+
+        The file is written next to ``path`` under a temporary name and renamed into place once
+        complete, so a failure leaves neither a partial file nor a changed ``path``.
+
+        Args:
+            path: the file to write (replaced if it exists).
+            compression: h5py dataset compression (e.g. ``"gzip"``), or ``None``.
+
+        Raises:
+            OSError: the file cannot be written (nothing is left at ``path``'s directory).
+        """
+        state = self.__getstate__()
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".part")
+        os.close(fd)
+        try:
+            with h5py.File(tmp, "w") as f:
+                to_hdf5(state, f, compression=compression)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load_hdf5(cls, path: str, device: str | None = None) -> SharedVectorReplayBuffer:
+        """Load a buffer saved by :meth:`save_hdf5` into a new shared block.
+
+        As with Tianshou's ``load_hdf5``, the file holds pickled entries (the sub-buffers, ``info``),
+        which run code when loaded: load only files you trust. The checksum is verified after reading.
+
+        Args:
+            path: the HDF5 file.
+            device: unused (kept for Tianshou's signature; the data are numpy arrays).
+
+        Returns:
+            A new buffer with the saved transitions, counters and sub-buffer positions.
+
+        Raises:
+            OSError: the file cannot be read.
+            ValueError: the file holds no ``SharedVectorReplayBuffer`` state, or a corrupted or
+                inconsistent one (checksum or invariants fail); nothing is allocated.
+        """
+        with h5py.File(path, "r") as f:
+            state = from_hdf5(f, device=device)
+        if not isinstance(state, dict):
+            raise ValueError(f"{path!r} holds no SharedVectorReplayBuffer state")
+        # HDF5 attributes come back as numpy scalars: restore the Python values the checksum covers
+        state = {k: v.item() if isinstance(v, np.generic) else v for k, v in state.items()}
+        buf = cls.__new__(cls)
+        buf.__setstate__(state)
+        return buf
 
     # ------------------------------------------------------------------ pickling: a copy, re-homed on load
     def __getstate__(self) -> dict[str, Any]:

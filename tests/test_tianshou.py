@@ -239,3 +239,82 @@ def test_collector_checks_buffer_count():
     with pytest.raises(ValueError):
         Collector(_policy(), envs, ReplayBuffer(30))
     envs.close()
+
+
+def test_hdf5_round_trip_into_a_new_block(tmp_path):
+    buf = SharedVectorReplayBuffer(20, 2)
+    for k in range(13):  # sub-buffers wrap around
+        buf.add(_batch(2, rew=float(k)))
+    path = str(tmp_path / "buf.h5")
+    buf.save_hdf5(path, compression="gzip")
+    loaded = SharedVectorReplayBuffer.load_hdf5(path)
+    assert loaded.handle.name != buf.handle.name and np.shares_memory(loaded.rew, loaded.storage.block)
+    assert len(loaded) == len(buf) == 20
+    np.testing.assert_array_equal(loaded.last_index, buf.last_index)
+    for key in (*FIELDS, "rew"):
+        np.testing.assert_array_equal(getattr(loaded[:], key), getattr(buf[:], key), err_msg=key)
+    np.testing.assert_array_equal(loaded[:].info.env_id, buf[:].info.env_id)
+    loaded.add(_batch(2, rew=9.0))  # continues where the original stopped, in its own block
+    assert loaded.last_index.tolist() == [3, 13] and buf.rew.max() == 12.0
+    # an empty (not yet allocated) buffer round-trips too
+    SharedVectorReplayBuffer(10, 2).save_hdf5(path)
+    empty = SharedVectorReplayBuffer.load_hdf5(path)
+    assert len(empty) == 0 and empty.last_index.tolist() == [0, 5]
+    buf.close(), loaded.close()
+
+
+def test_hdf5_failure_leaves_no_partial_file(tmp_path, monkeypatch):
+    import unilab_gym.integrations.tianshou as ts
+
+    buf = SharedVectorReplayBuffer(10, 2)
+    buf.add(_batch(2))
+    path = tmp_path / "buf.h5"
+    path.write_bytes(b"previous")
+
+    def half_written(state, group, compression=None):
+        group.create_dataset("obs", data=np.zeros(3))
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ts, "to_hdf5", half_written)
+    with pytest.raises(OSError, match="disk full"):
+        buf.save_hdf5(str(path))
+    assert path.read_bytes() == b"previous" and sorted(p.name for p in tmp_path.iterdir()) == ["buf.h5"]
+    monkeypatch.undo()
+    with pytest.raises(FileNotFoundError):
+        buf.save_hdf5(str(tmp_path / "missing" / "buf.h5"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["buf.h5"]
+    buf.close()
+
+
+def test_hdf5_load_refuses_edited_data(tmp_path):
+    import h5py
+
+    buf = SharedVectorReplayBuffer(10, 2)
+    buf.add(_batch(2, rew=1.0))
+    path = str(tmp_path / "buf.h5")
+    buf.save_hdf5(path)
+    with h5py.File(path, "r+") as f:
+        f["_meta"]["rew"][0] = 5.0
+    with pytest.raises(ValueError, match="corrupted"):
+        SharedVectorReplayBuffer.load_hdf5(path)
+    buf.close()
+
+
+def test_vector_reward_is_refused_before_any_bookkeeping():
+    ref = VectorReplayBuffer(10, 2)  # the reference stores it
+    ref.add(Batch(_batch(2), rew=np.ones((2, 3))))
+    assert ref[:].rew.shape == (2, 3)
+    buf = SharedVectorReplayBuffer(10, 2)
+    buf.add(_batch(2, rew=1.0))
+    before = buf.storage.block.copy()
+    for rew in (np.ones((2, 3)), np.ones((2, 1)), np.ones(3), np.array(["a", "b"])):
+        with pytest.raises(ValueError, match=r"rew must have shape \(2,\)"):
+            buf.add(Batch(_batch(2), rew=rew))
+        assert len(buf) == 2 and buf.last_index.tolist() == [0, 5]
+        assert [len(b) for b in buf.buffers] == [1, 1]
+        np.testing.assert_array_equal(buf.storage.block, before)
+    fresh = SharedVectorReplayBuffer(10, 2)  # refused on the first add too: nothing is allocated
+    with pytest.raises(ValueError, match="vector rewards"):
+        fresh.add(Batch(_batch(2), rew=np.ones((2, 3))))
+    assert len(fresh) == 0 and fresh._storage is None
+    buf.close()
