@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "evaluate a policy over a grid of physics perturbations, or replay one episode",
     ),
     "play": ("unilab_gym.cli.play", "write a video of a saved SB3 model walking"),
+    "export": ("unilab_gym.cli.export", "export a saved SB3 model to ONNX (parity-checked), a student, a C header"),
 }
 
 

@@ -1,0 +1,211 @@
+"""``PolicyNet``: a policy's deterministic action as one self-contained torch module, raw obs in, action out.
+
+:func:`policy_net` builds it from a Stable-Baselines3 model (SAC, TD3, DDPG, PPO, A2C with
+``MlpPolicy``) and the ``VecNormalize`` it was trained with. It computes what
+``model.predict(vecnormalize.normalize_obs(obs), deterministic=True)`` returns, step by step as SB3
+and ``VecNormalize`` do (SB3 ``BasePolicy.predict``, ``VecNormalize._normalize_obs``):
+
+1. normalize: ``clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs)`` in float64 (numpy's
+   promotion of the float32 obs by the float64 statistics), then cast to float32;
+2. the actor's layers (``Linear`` and activations), ending in ``tanh`` for squashed policies
+   (SAC, TD3, DDPG);
+3. the action: ``low + 0.5 * (a + 1) * (high - low)`` (SB3 ``unscale_action``) if the policy squashes
+   its output, else ``clip(a, low, high)``.
+
+The distilled student of :func:`unilab_gym.export.distill` is a ``PolicyNet`` too, so both export
+the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from unilab_gym.tasks.quadruped import ACT_DIM, OBS_DIM
+
+#: Layer types a ``PolicyNet`` may hold (the C header implements exactly these).
+LAYER_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.ReLU, nn.Tanh, nn.ELU, nn.LeakyReLU, nn.Hardtanh)
+
+
+class PolicyNet(nn.Module):
+    """Raw observations ``(batch, 48)`` float32 -> deterministic actions ``(batch, 12)`` float32.
+
+    Args:
+        layers: the network from (normalized) observation to pre-scaling action: ``Linear`` layers and
+            the activations of :data:`LAYER_TYPES`, in order.
+        action_low: ``(12,)`` lower action bounds (the action space's ``low``).
+        action_high: ``(12,)`` upper action bounds.
+        squash_output: the last layer squashes to ``[-1, 1]`` and the output is rescaled to the bounds;
+            otherwise the output is clipped to them.
+        obs_mean: ``(48,)`` observation mean (``VecNormalize.obs_rms.mean``), or ``None`` for no normalization.
+        obs_var: ``(48,)`` observation variance (``obs_rms.var``); needed with ``obs_mean``.
+        epsilon: added to the variance before the square root (``VecNormalize.epsilon``).
+        clip_obs: normalized observations are clipped to ``[-clip_obs, clip_obs]`` (``VecNormalize.clip_obs``).
+
+    Raises:
+        ValueError: a layer type outside :data:`LAYER_TYPES`, bounds or statistics of the wrong shape,
+            or non-finite statistics.
+    """
+
+    obs_mean: torch.Tensor
+    obs_std: torch.Tensor
+    action_low: torch.Tensor
+    action_high: torch.Tensor
+
+    def __init__(
+        self,
+        layers: nn.Sequential,
+        *,
+        action_low: np.ndarray,
+        action_high: np.ndarray,
+        squash_output: bool,
+        obs_mean: np.ndarray | None = None,
+        obs_var: np.ndarray | None = None,
+        epsilon: float = 1e-8,
+        clip_obs: float = 10.0,
+    ):
+        super().__init__()
+        for layer in layers:
+            if not isinstance(layer, LAYER_TYPES):
+                names = ", ".join(t.__name__ for t in LAYER_TYPES)
+                raise ValueError(f"PolicyNet layers must be among {names}; got {type(layer).__name__}")
+        self.layers = layers
+        self.squash_output = bool(squash_output)
+        self.register_buffer(
+            "action_low", torch.as_tensor(_vector("action_low", action_low, ACT_DIM), dtype=torch.float32)
+        )
+        self.register_buffer(
+            "action_high", torch.as_tensor(_vector("action_high", action_high, ACT_DIM), dtype=torch.float32)
+        )
+        self.normalizes = obs_mean is not None
+        if obs_mean is not None:
+            if obs_var is None:
+                raise ValueError("PolicyNet needs obs_var with obs_mean")
+            std = np.sqrt(_vector("obs_var", obs_var, OBS_DIM).astype(np.float64) + float(epsilon))
+            self.register_buffer(
+                "obs_mean", torch.as_tensor(_vector("obs_mean", obs_mean, OBS_DIM), dtype=torch.float64)
+            )
+            self.register_buffer("obs_std", torch.as_tensor(std, dtype=torch.float64))
+            self.clip_obs = float(clip_obs)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """``(batch, 48)`` float32 raw observations -> ``(batch, 12)`` float32 actions within the bounds."""
+        x = obs
+        if self.normalizes:
+            x = ((obs.double() - self.obs_mean) / self.obs_std).clamp(-self.clip_obs, self.clip_obs).float()
+        a = self.layers(x)
+        if self.squash_output:
+            return self.action_low + 0.5 * (a + 1.0) * (self.action_high - self.action_low)
+        return torch.maximum(torch.minimum(a, self.action_high), self.action_low)
+
+    def num_params(self) -> int:
+        """Weights and biases of :attr:`layers` (the normalization constants and bounds are not counted)."""
+        return sum(p.numel() for p in self.layers.parameters())
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`forward` on numpy: ``(batch, 48)`` observations -> ``(batch, 12)`` float32 actions."""
+        return self(torch.tensor(obs, dtype=torch.float32)).numpy()
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True, **_: Any) -> tuple[np.ndarray, None]:
+        """SB3-style ``predict`` (so :func:`~unilab_gym.evaluation.evaluate_gait` can run it): ``(actions, None)``."""
+        return self.act(obs), None
+
+
+def load_vecnormalize(vecnormalize: Any) -> Any:
+    """A ``VecNormalize`` (returned as is), the path of its saved statistics (a pickle: trust the file), or ``None``.
+
+    Raises:
+        ValueError: anything else, or a ``VecNormalize`` that does not normalize one flat observation.
+    """
+    if vecnormalize is None:
+        return None
+    if isinstance(vecnormalize, (str, Path)):
+        with open(vecnormalize, "rb") as f:  # SB3's VecNormalize.save format is a pickle
+            vecnormalize = pickle.load(f)
+    rms = getattr(vecnormalize, "obs_rms", None)
+    if not hasattr(vecnormalize, "clip_obs") or not hasattr(rms, "mean"):
+        raise ValueError(
+            f"vecnormalize must be a VecNormalize, the path of its saved statistics, or None; got {vecnormalize!r}"
+        )
+    return vecnormalize
+
+
+def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
+    """The deterministic action of an SB3 model as a :class:`PolicyNet` (a copy: later training does not change it).
+
+    Args:
+        model: a SAC, TD3, DDPG, PPO or A2C model (``MlpPolicy``, flat ``(48,)`` Box observations,
+            ``(12,)`` Box actions).
+        vecnormalize: the ``VecNormalize`` the model was trained with, the path of its saved statistics,
+            or ``None``. Its statistics are folded in (read, never updated).
+
+    Returns:
+        A ``PolicyNet`` in eval mode equal to ``model.predict(normalize(obs), deterministic=True)``.
+
+    Raises:
+        ValueError: an unsupported model or policy (another algorithm, a custom features extractor,
+            a non-Gaussian action distribution, other observation/action shapes), or a bad ``vecnormalize``.
+    """
+    from gymnasium import spaces
+    from stable_baselines3.common.base_class import BaseAlgorithm
+    from stable_baselines3.common.distributions import DiagGaussianDistribution, StateDependentNoiseDistribution
+    from stable_baselines3.common.policies import ActorCriticPolicy
+    from stable_baselines3.common.torch_layers import FlattenExtractor
+    from stable_baselines3.sac.policies import SACPolicy
+    from stable_baselines3.td3.policies import TD3Policy
+
+    policy = getattr(model, "policy", None)
+    if not isinstance(model, BaseAlgorithm):
+        raise ValueError(f"model must be a SAC, TD3, DDPG, PPO or A2C model (SB3); got {type(model).__name__}")
+    obs_space, act_space = getattr(policy, "observation_space", None), getattr(policy, "action_space", None)
+    if not (isinstance(obs_space, spaces.Box) and obs_space.shape == (OBS_DIM,)):
+        raise ValueError(f"model must be an SB3 model with ({OBS_DIM},) Box observations; got {type(model).__name__}")
+    if not (isinstance(act_space, spaces.Box) and act_space.shape == (ACT_DIM,)):
+        raise ValueError(f"model must have ({ACT_DIM},) Box actions; got {act_space}")
+    if isinstance(policy, SACPolicy):
+        extractor, layers = policy.actor.features_extractor, [policy.actor.latent_pi, policy.actor.mu, nn.Tanh()]
+    elif isinstance(policy, TD3Policy):  # TD3 and DDPG: mu ends in Tanh
+        extractor, layers = policy.actor.features_extractor, [policy.actor.mu]
+    elif isinstance(policy, ActorCriticPolicy):  # PPO, A2C: the Gaussian's mode is its mean
+        if not isinstance(policy.action_dist, (DiagGaussianDistribution, StateDependentNoiseDistribution)):
+            raise ValueError(f"unsupported action distribution {type(policy.action_dist).__name__}")
+        extractor = policy.pi_features_extractor
+        layers = [policy.mlp_extractor.policy_net, policy.action_net, *([nn.Tanh()] if policy.squash_output else [])]
+    else:
+        raise ValueError(f"model must be SAC, TD3, DDPG, PPO or A2C; got {type(model).__name__}")
+    if not isinstance(extractor, FlattenExtractor):
+        raise ValueError(f"only MlpPolicy (FlattenExtractor) is supported; got {type(extractor).__name__}")
+    stats = load_vecnormalize(vecnormalize)
+    norm = {}
+    if stats is not None and getattr(stats, "norm_obs", True):
+        rms = stats.obs_rms
+        norm = {"obs_mean": rms.mean, "obs_var": rms.var, "epsilon": stats.epsilon, "clip_obs": stats.clip_obs}
+    net = PolicyNet(
+        nn.Sequential(*_flat(copy.deepcopy(nn.Sequential(*layers)).cpu().float())),
+        action_low=act_space.low,
+        action_high=act_space.high,
+        squash_output=policy.squash_output,
+        **norm,
+    )
+    return net.eval()
+
+
+def _flat(module: nn.Module) -> list[nn.Module]:
+    """The leaf modules of nested ``nn.Sequential`` s, in order."""
+    if isinstance(module, nn.Sequential):
+        return [leaf for child in module for leaf in _flat(child)]
+    return [module]
+
+
+def _vector(name: str, value: Any, size: int) -> np.ndarray:
+    arr = np.asarray(value, np.float64)
+    if arr.shape != (size,) or not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be {size} finite numbers, got shape {arr.shape}: {value!r}")
+    return arr
