@@ -215,6 +215,8 @@ class TianshouVectorEnv(BaseVectorEnv):
             ValueError: ``action`` is ``None`` or has the wrong length / shape, NaN/inf actions
                 (nothing is stepped), or bad ``id``.
             RuntimeError: a stale env (advanced while not in ``id``) is stepped before its reset.
+            unilab_gym.vector_env.FinishedEnvError: with autoreset ``"Disabled"``, an env of ``id`` finished
+                and was not reset (nothing is stepped).
         """
         self._assert_is_not_closed()
         ids = self._ids(id)
@@ -234,9 +236,10 @@ class TianshouVectorEnv(BaseVectorEnv):
             full[ids] = action
         except (TypeError, ValueError):
             raise ValueError(f"actions must have shape {(len(ids), *self._action_shape)}, got {action.shape}") from None
-        obs, rew, terminated, truncated, info = self.venv.step(full)
         idle = np.ones(self.env_num, dtype=bool)
         idle[ids] = False
+        # the idle envs advance with zero actions (and are marked stale), finished or not
+        obs, rew, terminated, truncated, info = self.venv._step(full, allow_finished=idle)
         self._stale |= idle
         infos = unbatch_infos(info, self.env_num)
         for j in ids.tolist():

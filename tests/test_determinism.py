@@ -40,8 +40,10 @@ def rollout(
         obs, rew, term, trunc, _ = env.step(a)
         for key, value in zip(("obs", "rew", "term", "trunc"), (obs, rew, term, trunc)):
             out[key].append(value)
+        mask = (term | trunc) if autoreset_mode == "Disabled" else np.zeros(num_envs, bool)  # finished envs
         if neighbour_reset_every and (t + 1) % neighbour_reset_every == 0:
-            mask = np.arange(num_envs) != keep
+            mask |= np.arange(num_envs) != keep
+        if mask.any():
             env.reset(options={"reset_mask": mask})
     env.close()
     return {k: np.stack(v) for k, v in out.items()}
@@ -57,6 +59,8 @@ def alone(index, steps, **kw):
         obs, rew, term, trunc, _ = env.step(acts[t][None])
         for key, value in zip(("obs", "rew", "term", "trunc"), (obs[0], rew[0], term[0], trunc[0])):
             out[key].append(value)
+        if env.autoreset_mode.value == "Disabled" and (term[0] or trunc[0]):  # "Disabled": reset finished envs
+            env.reset(options={"reset_mask": np.array([True])})
     env.close()
     return {k: np.stack(v) for k, v in out.items()}
 

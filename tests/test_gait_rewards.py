@@ -159,7 +159,7 @@ def test_next_step_autoreset_starts_the_episode_with_no_air_time():
         _, reward, _, _, info = env.step(np.zeros((2, 12)))  # the restart step: new episodes
         np.testing.assert_array_equal(env.feet_air_time, 0.0)
         np.testing.assert_array_equal(reward, 0.0)
-        np.testing.assert_array_equal(info["reward_terms"]["feet_air_time"], 0.0)
+        assert "reward_terms" not in info  # the restart step holds only the reset info (as in SyncVectorEnv)
     finally:
         env.close()
 

@@ -66,7 +66,7 @@ def test_steps_like_dummy_vec_env_over_single_envs(mode):
 
 def test_per_env_options_reset_like_dummy_vec_env():
     ours, ref = _pair(4)
-    options = [{}, {"tag": 1}, {}, {"tag": 1}]  # two groups: reset separately
+    options = [{}, {"episode_seed": 7}, {}, {"episode_seed": 7}]  # two groups: reset separately
     for env in (ours, ref):
         env.seed(5)
         env.set_options(options)

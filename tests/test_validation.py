@@ -8,6 +8,7 @@ import pytest
 
 from unilab_gym.validation import (
     REAL_DTYPE_KINDS,
+    check_action_array,
     check_int,
     check_positive,
     check_positive_int,
@@ -99,3 +100,19 @@ def test_huge_ints_and_ragged_arrays_get_named_value_errors():
         check_real("dt", 10**400)
     with pytest.raises(ValueError, match="arr must be an array of real numbers"):
         check_real_array("arr", [[1, 2], [3]])
+
+
+def test_check_action_array_type_errors_for_wrong_types_value_errors_for_wrong_shapes():
+    out = check_action_array("action", np.ones((2, 3), np.float32), (2, 3))
+    assert out.dtype == np.float64 and out.shape == (2, 3)
+    src = np.zeros((2, 3))
+    assert check_action_array("action", src, (2, 3)) is not src  # a new array: the caller may write it
+    np.testing.assert_array_equal(
+        check_action_array("action", [[1, 0, 1], [True, False, True]], (2, 3)), [[1, 0, 1]] * 2
+    )
+    for bad in (0.5, np.float64(0.5), "0.5", b"1", None, [["0.5"] * 3] * 2, np.zeros((2, 3), complex), [[1j] * 3] * 2):
+        with pytest.raises(TypeError, match="action must"):
+            check_action_array("action", bad, (2, 3))
+    for bad in (np.zeros((3, 2)), np.zeros(3), [[0.0] * 3, [0.0] * 2]):
+        with pytest.raises(ValueError, match=r"action must .*\(2, 3\)"):
+            check_action_array("action", bad, (2, 3))

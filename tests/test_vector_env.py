@@ -308,24 +308,37 @@ def test_same_step_only_done_envs_get_final_obs(make):
 def test_disabled_autoreset_and_reset_mask(make):
     env = make(3, max_episode_steps=2, autoreset_mode=AutoresetMode.DISABLED)
     env.reset(seed=0)
-    for _ in range(2):
-        obs, *_ = env.step(np.full((3, 12), 0.5))
-    obs_done, _, _, trunc, _ = env.step(np.full((3, 12), 0.5))  # no autoreset: keeps going
+    env.step(np.full((3, 12), 0.5))
+    obs_done, _, _, trunc, _ = env.step(np.full((3, 12), 0.5))  # no autoreset: the envs wait for reset()
     assert trunc.all() and (obs_done[:, LAST_ACTION] == 0.5).all()
+    with pytest.raises(AssertionError, match=r"envs \[0, 1, 2\]"):  # as SyncVectorEnv: a finished env is not stepped
+        env.step(np.zeros((3, 12)))
     mask = np.array([True, False, True])
     obs, info = env.reset(options={"reset_mask": mask})
     assert info["_command"].tolist() == mask.tolist()
     np.testing.assert_array_equal(obs[1], obs_done[1])  # untouched env keeps its obs
     np.testing.assert_array_equal(obs[[0, 2], LAST_ACTION], 0.0)
+    with pytest.raises(AssertionError, match=r"envs \[1\]"):
+        env.step(np.zeros((3, 12)))
+    obs, _ = env.reset(options={"reset_mask": np.array([False, True, False])})
+    env.step(np.zeros((3, 12)))
     _, _, _, trunc, _ = env.step(np.zeros((3, 12)))
-    assert trunc.tolist() == [False, True, False]
+    assert trunc.all()
 
 
-@pytest.mark.parametrize("mask", [np.array([1, 0, 1]), np.array([True, False]), np.zeros(3, bool)])
-def test_bad_reset_mask_raises(make, mask):
+@pytest.mark.parametrize(
+    "mask, error",
+    [
+        (np.array([1, 0, 1]), TypeError),
+        ([True, False, True], TypeError),
+        (np.array([True, False]), ValueError),
+        (np.zeros(3, bool), ValueError),
+    ],
+)
+def test_bad_reset_mask_raises(make, mask, error):
     env = make(3)
     env.reset(seed=0)
-    with pytest.raises(ValueError, match="reset_mask"):
+    with pytest.raises(error, match="reset_mask"):
         env.reset(options={"reset_mask": mask})
 
 
@@ -384,8 +397,9 @@ def test_wrong_action_shape_raises_with_expected_shape(make):
     for bad in (np.zeros((3, 11)), np.zeros(12), np.zeros((2, 12)), [[0.0] * 12]):
         with pytest.raises(ValueError, match=r"\(3, 12\)"):
             env.step(bad)
-    with pytest.raises(ValueError, match=r"\(3, 12\)"):
-        env.step([["a"] * 12] * 3)
+    for bad in ([["a"] * 12] * 3, [["0.5"] * 12] * 3, np.zeros((3, 12), complex), 0.5):
+        with pytest.raises(TypeError, match="actions"):
+            env.step(bad)
 
 
 @pytest.mark.parametrize("bad_value", [np.nan, np.inf, -np.inf])

@@ -12,9 +12,14 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import logger
 
 from unilab_gym.tasks.config import check_task_kwargs
-from unilab_gym.vector_env import UniLabVectorEnv
+from unilab_gym.validation import check_action_array, check_seed
+from unilab_gym.vector_env import UniLabVectorEnv, check_reset_options
+
+#: The keys ``QuadrupedEnv.reset(options=...)`` accepts (``reset_mask`` is a vector-env option).
+SINGLE_RESET_OPTIONS = ("episode_seed",)
 
 
 class QuadrupedEnv(gym.Env):
@@ -45,6 +50,8 @@ class QuadrupedEnv(gym.Env):
         self.metadata = {"render_modes": ["rgb_array"], "render_fps": self._vec.metadata["render_fps"]}
         self.observation_space = self._vec.single_observation_space
         self.action_space = self._vec.single_action_space
+        self._episode_over = False  # terminated or truncated since the last reset
+        self._warned = False  # the step-after-episode-end warning of this episode was given
 
     @property
     def vector_env(self) -> UniLabVectorEnv:
@@ -59,9 +66,18 @@ class QuadrupedEnv(gym.Env):
         Returns:
             obs (48,) float32 and info: ``command`` (3,) float64, ``episode_seed`` (int) and
             ``parameters`` (dict of the episode's physics parameters, see :mod:`unilab_gym.randomization`).
+
+        Raises:
+            TypeError: ``options`` is not a dict.
+            ValueError: a bad seed (e.g. negative: named with its value), an unknown option key (named), a bad
+                ``episode_seed``. Nothing is reset then.
         """
-        super().reset(seed=seed)
+        if seed is not None:
+            seed = check_seed("seed", seed)
+        options = check_reset_options(options, SINGLE_RESET_OPTIONS)
         obs, info = self._vec.reset(seed=seed, options=options)
+        super().reset(seed=seed)
+        self._episode_over = self._warned = False
         parameters = {k: v[0].item() for k, v in info["parameters"].items() if not k.startswith("_")}
         return obs[0], {
             "command": info["command"][0].copy(),
@@ -72,6 +88,9 @@ class QuadrupedEnv(gym.Env):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """One control step of the robot.
 
+        Stepping on after ``terminated`` or ``truncated`` without ``reset()`` is undefined behaviour: as
+        Gymnasium's own envs (CartPole), the env warns once per episode (``gymnasium.logger.warn``) and steps on.
+
         Args:
             action: (12,) array-like of floats; values outside [-1, 1] are clipped.
 
@@ -79,17 +98,22 @@ class QuadrupedEnv(gym.Env):
             obs (48,) float32, reward, terminated, truncated and info: ``reward_terms`` (the weighted terms).
 
         Raises:
+            TypeError: an action of the wrong type: a scalar, strings, complex numbers, objects.
             ValueError: a wrong shape or NaN/inf (the env is not stepped).
             gymnasium.error.ResetNeeded: before ``reset()`` (an episode is not restarted by itself).
         """
         shape = self.action_space.shape
-        try:
-            batched = np.asarray(action, dtype=np.float64)[None]
-        except (TypeError, ValueError):
-            raise ValueError(f"action must be a numeric array of shape {shape}, got {action!r}") from None
-        if batched.shape[1:] != shape:
-            raise ValueError(f"action must have shape {shape}, got {batched.shape[1:]}")
-        obs, reward, terminated, truncated, info = self._vec.step(batched)
+        assert shape is not None
+        batched = check_action_array("action", action, shape)[None]
+        obs, reward, terminated, truncated, info = self._vec._step(batched, allow_finished=True)
+        if self._episode_over and not self._warned:
+            logger.warn(
+                "You are calling 'step()' even though this environment has already returned terminated = True or "
+                "truncated = True. You should always call 'reset()' once you receive 'terminated = True' or "
+                "'truncated = True' -- any further steps are undefined behavior."
+            )
+            self._warned = True
+        self._episode_over = self._episode_over or bool(terminated[0] or truncated[0])
         terms = {k: float(v[0]) for k, v in info["reward_terms"].items() if not k.startswith("_")}
         return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), {"reward_terms": terms}
 

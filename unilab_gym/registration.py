@@ -5,13 +5,21 @@ and ``gym.make_vec(ID, num_envs=N)`` give a :class:`~unilab_gym.vector_env.UniLa
 The spec has no ``max_episode_steps`` (the env truncates by itself), no env checker and no
 order enforcing, so that ``gym.make`` returns the vector env unwrapped (a wrapper would
 hide the vector API). Pass ``max_episode_steps`` to the env itself (``make_vec`` does).
+
+``gym.make(ID, num_envs=N, max_episode_steps=k)`` raises ``ValueError``: ``gym.make`` keeps
+``max_episode_steps`` for a single-env ``TimeLimit`` it would wrap around the vector env (which then
+returns one scalar ``truncated`` for all envs), and never passes it to the entry point. Use
+``gym.make_vec(ID, num_envs=N, max_episode_steps=k)``, which gives it to the env (per-env truncation).
+``gym.make(ID, max_episode_steps=k)`` (one env) is Gymnasium's usual ``TimeLimit`` around a ``QuadrupedEnv``.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs import registration as gym_registration
 
 QUADRUPED_ID = "UniLab/Quadruped-v0"
 
@@ -26,16 +34,42 @@ def make_quadruped(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
         **kwargs: the other arguments of that class.
 
     Raises:
-        ValueError: an invalid argument, naming it.
+        ValueError: an invalid argument, naming it; or ``gym.make(ID, num_envs=N, max_episode_steps=k)``,
+            whose ``TimeLimit`` would not be a vector env (the message points to ``gym.make_vec``). Nothing
+            is built then.
         TypeError: an unknown argument (the message lists the valid ones).
     """
     if num_envs is None:
         from unilab_gym.envs import QuadrupedEnv
 
         return QuadrupedEnv(**kwargs)
+    limit = _gym_make_time_limit(sys._getframe(1))
+    if limit is not None:
+        raise ValueError(
+            f"gym.make({QUADRUPED_ID!r}, num_envs={num_envs!r}, max_episode_steps={limit!r}) would wrap the vector "
+            "env in a single-env TimeLimit (gym.make keeps max_episode_steps for it); give the limit to the env "
+            f"instead: gym.make_vec({QUADRUPED_ID!r}, num_envs={num_envs!r}, max_episode_steps={limit!r}) "
+            f"or UniLabVectorEnv({num_envs!r}, max_episode_steps={limit!r}), which truncate each env at its own step"
+        )
     from unilab_gym.vector_env import UniLabVectorEnv
 
     return UniLabVectorEnv(num_envs, **kwargs)
+
+
+def _gym_make_time_limit(caller: Any) -> Any:
+    """The ``max_episode_steps`` of the ``TimeLimit`` ``gym.make`` will wrap around the env, if ``caller`` (the
+    frame calling the entry point) is ``gym.make`` and it will wrap one; else ``None``.
+
+    ``gym.make`` takes ``max_episode_steps`` as its own argument and never passes it to the entry point, so
+    its frame is the only place it can be read before the wrapper is applied.
+    """
+    if caller is None or caller.f_code is not gym_registration.make.__code__:
+        return None
+    limit = caller.f_locals.get("max_episode_steps")
+    if limit is None:
+        spec = caller.f_locals.get("env_spec")
+        limit = getattr(spec, "max_episode_steps", None)
+    return None if limit is None or limit == -1 else limit
 
 
 def register_envs() -> None:

@@ -114,6 +114,34 @@ def check_real_array(name: str, value: Any) -> np.ndarray:
     return arr
 
 
+def check_action_array(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """``value`` as a new float64 array of ``shape``: the boundary check of ``step()`` actions.
+
+    Types as Python and Gymnasium expect: a value of the wrong *type* (a scalar, a string, complex numbers,
+    objects) raises ``TypeError``; a real array of the wrong *shape* raises ``ValueError``. Values are not
+    checked (NaN / inf are the caller's to name).
+
+    Raises:
+        TypeError: ``value`` is a scalar (0-d), or its dtype is not bool, int or float (e.g. str, complex, object).
+        ValueError: ``value`` is ragged or its shape is not ``shape``.
+    """
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be an array of real numbers of shape {shape}, got a string {value!r}")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as error:  # ragged nested lists
+        raise ValueError(f"{name} must be an array of real numbers of shape {shape}, got {value!r} ({error})") from None
+    if arr.ndim == 0:
+        raise TypeError(
+            f"{name} must be an array of real numbers of shape {shape}, got a scalar {value!r} ({type(value).__name__})"
+        )
+    if arr.dtype.kind not in REAL_DTYPE_KINDS:
+        raise TypeError(f"{name} must hold real numbers (bool, int or float), got dtype {arr.dtype}")
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+    return np.array(arr, dtype=np.float64)
+
+
 def _bounds(minimum: int | None, maximum: int | None) -> str:
     if minimum is not None and maximum is not None:
         return f" in [{minimum}, {maximum}]"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from unilab_gym.sim.world import ClusterWorld, RobotState
 from unilab_gym.tasks import quadruped as task
 from unilab_gym.tasks.config import QuadrupedConfig, check_task_kwargs
 from unilab_gym.trace import DEFAULT_TRACE_MAX_RECORDS, ParameterTrace, write_jsonl
-from unilab_gym.validation import check_int, check_positive_int, check_seed
+from unilab_gym.validation import check_action_array, check_int, check_positive_int, check_seed
 
 #: Default robots per pybullet world; see README "Choosing envs_per_cluster" for the benchmark.
 DEFAULT_ENVS_PER_CLUSTER = 32
@@ -44,6 +44,34 @@ _COL = {name: k for k, name in enumerate(PARAMETER_NAMES)}  # column of each par
 
 #: The constructor arguments that are not part of the task configuration (they change no trajectory).
 VECTOR_ENV_ARGS = ("num_envs", "envs_per_cluster", "render_mode", "autoreset_mode", "trace_max_records", "trace_path")
+
+#: The keys ``reset(options=...)`` accepts; any other key raises ``ValueError``.
+RESET_OPTIONS = ("reset_mask", "episode_seed")
+
+
+class FinishedEnvError(ResetNeeded, AssertionError):
+    """``step()`` with autoreset ``"Disabled"`` while some envs terminated or truncated and were not reset.
+
+    An ``AssertionError``, what Gymnasium's ``SyncVectorEnv`` raises in that case, and a
+    :class:`gymnasium.error.ResetNeeded`. The message names the env indices.
+    """
+
+
+def check_reset_options(options: Any, valid: Sequence[str] = RESET_OPTIONS) -> dict[str, Any]:
+    """``options`` of ``reset()`` as a dict (``{}`` for ``None``), if every key is one of ``valid``.
+
+    Raises:
+        TypeError: ``options`` is not a dict (a ``Mapping``) or ``None``.
+        ValueError: an unknown key, named, with the valid ones (e.g. the typo ``"reset_masks"``).
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(f"options must be a dict or None, got {type(options).__name__}: {options!r}")
+    unknown = [key for key in options if key not in valid]
+    if unknown:
+        raise ValueError(f"unknown reset option(s) {unknown!r}; valid options: {list(valid)}")
+    return dict(options)
 
 
 class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's two bases type np_random_seed differently
@@ -94,7 +122,9 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             in cluster 0 only).
         autoreset_mode: ``AutoresetMode`` or its value: ``"NextStep"`` (default),
             ``"SameStep"`` (``info["final_obs"]`` / ``info["final_info"]``), ``"Disabled"``
-            (reset through ``reset(options={"reset_mask": mask})``).
+            (reset through ``reset(options={"reset_mask": mask})``; stepping a finished env before
+            that raises :class:`FinishedEnvError`). Infos are built as Gymnasium's ``SyncVectorEnv``
+            builds them in each mode (see :meth:`step`).
         trace_max_records: records of the parameter trace kept in memory, an int >= 0 (default
             :data:`~unilab_gym.trace.DEFAULT_TRACE_MAX_RECORDS` = 10,000, 156 bytes each): :meth:`parameter_trace`
             returns the last ``trace_max_records`` finished episodes.
@@ -235,6 +265,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self._last_action = np.zeros((n, task.ACT_DIM))
         self._feet_air_time = np.zeros((n, len(a1.FOOT_LINK_NAMES)))
         self._autoreset_envs = np.zeros(n, dtype=bool)
+        self._finished = np.zeros(n, dtype=bool)  # DISABLED: envs that terminated or truncated since their reset
         self._env_rngs: list[np.random.Generator | None] = [None] * n
         self._needs_reset = True
         self.step_latency: StepLatency | None = StepLatency()
@@ -286,21 +317,19 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             of (N,) arrays, one per :data:`~unilab_gym.randomization.PARAMETER_NAMES`).
 
         Raises:
-            ValueError: seed list of the wrong length, a bad ``reset_mask`` or ``episode_seed``.
+            TypeError: ``options`` is not a dict, or ``options["reset_mask"]`` is not a numpy array of dtype bool
+                (as Gymnasium's ``SyncVectorEnv``).
+            ValueError: a bad seed (negative, not an int, a list of the wrong length: named with its value), an
+                unknown option key (named), a ``reset_mask`` of the wrong shape or selecting no env, a bad
+                ``episode_seed``. Nothing is reset then.
             gymnasium.error.ClosedEnvironmentError: after ``close()``.
         """
         self._check_open()
+        options = check_reset_options(options)
         seeds = self._seed_list(seed)
         mask = np.ones(self.num_envs, dtype=bool)
-        options = options or {}
         if "reset_mask" in options:
-            mask = options["reset_mask"]
-            if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
-                raise ValueError(
-                    f"options['reset_mask'] must be a bool numpy array of shape ({self.num_envs},), got {mask!r}"
-                )
-            if not mask.any():
-                raise ValueError("options['reset_mask'] must select at least one env")
+            mask = self._check_reset_mask(options["reset_mask"])
         episode_seeds = self._episode_seed_list(options.get("episode_seed"))
         if isinstance(seed, (int, np.integer)):
             self._np_random, self._np_random_seed = seeding.np_random(int(seed))
@@ -311,6 +340,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self._read_states(mask)
         self._compute_obs()
         self._autoreset_envs[mask] = False
+        self._finished[mask] = False
         self._needs_reset = False
         return self._obs.copy(), self._reset_info(mask)
 
@@ -323,32 +353,60 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             actions: (N, 12) array-like of floats; values outside [-1, 1] are clipped.
 
         Returns:
-            obs (N, 48) float32, reward (N,) float64, terminated (N,) bool, truncated (N,) bool,
-            infos: ``reward_terms`` (dict of (N,) float64), plus in SAME_STEP mode
-            ``final_obs`` / ``final_info`` and in NEXT_STEP mode the reset info of autoreset envs.
+            obs (N, 48) float32, reward (N,) float64, terminated (N,) bool, truncated (N,) bool and
+            infos, as Gymnasium's ``SyncVectorEnv`` over single envs gives them: ``reward_terms`` (dict of
+            (N,) float64) of the envs that stepped. NEXT_STEP: an env restarting at this step has only
+            its reset info (``command``, ``episode_seed``, ``parameters``), no ``reward_terms``.
+            SAME_STEP: a finished env has its reset info, ``final_obs`` and ``final_info`` (its
+            ``reward_terms`` of this step), and no top-level ``reward_terms``. A key no env has is absent.
 
         Raises:
+            TypeError: ``actions`` of the wrong type: a scalar, strings, complex numbers, objects.
             ValueError: wrong action shape (states the expected one) or NaN/inf actions
                 (names the env indices; the world is not stepped).
+            FinishedEnvError: (an ``AssertionError``, as ``SyncVectorEnv`` raises) with autoreset
+                ``"Disabled"``, some envs terminated or truncated and were not reset (named; nothing is stepped).
             gymnasium.error.ResetNeeded: before the first ``reset()``.
             gymnasium.error.ClosedEnvironmentError: after ``close()``.
         """
+        return self._step(actions)
+
+    def _step(
+        self, actions: Any, allow_finished: bool | np.ndarray = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """:meth:`step`; with autoreset ``"Disabled"``, the envs of ``allow_finished`` (a bool or an (N,) mask)
+        may be stepped although they finished (for the single env, which warns as Gymnasium's envs do,
+        and for adapters that advance idle envs)."""
         t_start = time.perf_counter_ns()
         self._check_open()
         if self._needs_reset:
             raise ResetNeeded("call reset() before step()")
         action = self._validate_actions(actions)
+        disabled = self.autoreset_mode == AutoresetMode.DISABLED
+        if disabled:
+            blocked = self._finished & ~np.asarray(allow_finished, dtype=bool)
+            if blocked.any():
+                raise FinishedEnvError(
+                    f"envs {np.flatnonzero(blocked).tolist()} terminated or truncated and were not reset; with "
+                    "autoreset_mode='Disabled' reset them (reset(options={'reset_mask': mask})) before stepping "
+                    "them again. No env was stepped."
+                )
         # NEXT_STEP: the envs whose episode ended last step start a new one now, ignoring their action
         restarting = self._autoreset_envs.copy() if self.autoreset_mode == AutoresetMode.NEXT_STEP else self._no_envs
         targets = self._actuate(action, restarting)
         physics_ns = self._simulate(targets, restarting)
         reward, terms, terminated, truncated, conditions = self._evaluate(action, restarting)
-        infos = self._step_info(terms, self._all_envs)
+        done = terminated | truncated
+        # as SyncVectorEnv: an env's entries are its step info, or its reset info if it restarts (NEXT_STEP) or
+        # restarted (SAME_STEP, its step info goes to final_info)
+        stepped = ~done if self.autoreset_mode == AutoresetMode.SAME_STEP else ~restarting
+        infos = self._step_info(terms, stepped) if stepped.any() else {}
         if restarting.any():
             infos.update(self._reset_info(restarting))
-        done = terminated | truncated
         self._record(reward, done, terminated, conditions)
         self._autoreset(done, terms, infos)
+        if disabled:
+            self._finished |= done
         obs = self._obs.copy()
         if self.step_latency is not None:
             self.step_latency.physics.observe(physics_ns / 1e3)
@@ -569,13 +627,21 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             return [check_seed("seed + num_envs - 1", first + i) if i else first for i in range(self.num_envs)]
         raise ValueError(f"seed must be an int, a list of {self.num_envs} ints/None, or None; got {seed!r}")
 
+    def _check_reset_mask(self, mask: Any) -> np.ndarray:
+        """``options["reset_mask"]``, checked as Gymnasium's ``SyncVectorEnv`` checks it (TypeError / ValueError)."""
+        name = "options['reset_mask']"
+        if not isinstance(mask, np.ndarray):
+            raise TypeError(f"{name} must be a numpy array of dtype bool, got {type(mask).__name__}: {mask!r}")
+        if mask.shape != (self.num_envs,):
+            raise ValueError(f"{name} must have shape ({self.num_envs},), got {mask.shape}")
+        if mask.dtype != np.bool_:
+            raise TypeError(f"{name} must have dtype bool, got {mask.dtype}")
+        if not mask.any():
+            raise ValueError(f"{name} must select at least one env, got {mask!r}")
+        return mask.copy()
+
     def _validate_actions(self, actions: Any) -> np.ndarray:
-        try:
-            action = np.array(actions, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"actions must be a numeric array of shape ({self.num_envs}, {task.ACT_DIM})") from None
-        if action.shape != (self.num_envs, task.ACT_DIM):
-            raise ValueError(f"actions must have shape ({self.num_envs}, {task.ACT_DIM}), got {action.shape}")
+        action = check_action_array("actions", actions, (self.num_envs, task.ACT_DIM))
         bad = np.flatnonzero(~np.isfinite(action).all(axis=1))
         if bad.size:
             raise ValueError(f"actions contain NaN or inf for env indices {bad.tolist()}; the envs were not stepped")

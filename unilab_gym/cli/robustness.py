@@ -157,7 +157,8 @@ def evaluate(
                     obs, _ = env.reset(seed=seed + start)
                     done = np.zeros(n, dtype=bool)
                     while not done.all():
-                        obs, _, terminated, truncated, _ = env.step(policy(obs))
+                        # the finished envs wait in their final state (the run ends when all have finished)
+                        obs, _, terminated, truncated, _ = env._step(policy(obs), allow_finished=done)
                         new = (terminated | truncated) & ~done
                         done |= new
                         bar.update(int(new.sum()))
