@@ -16,18 +16,7 @@ from unilab_gym.runtime import http_server
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_async_runner import ID, SMALL_ENV, make_sac, release
-
-
-def port_is_free(port):
-    """Whether a new server can listen on the port (with SO_REUSEADDR: closed connections may sit in TIME_WAIT)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            s.listen()
-        except OSError:
-            return False
-    return True
+from test_metrics import port_is_free
 
 
 def half_open(port, count):

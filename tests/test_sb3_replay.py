@@ -256,15 +256,14 @@ def test_pos_and_full_are_derived_not_settable():
 
 
 # ---- saving / pickling --------------------------------------------------------------------------------
+def _pendulum_sac():
+    """SAC on Pendulum with a 30-transition SharedReplayBuffer that only collects (learning_starts 10k)."""
+    kwargs = dict(buffer_size=30, learning_starts=10_000, replay_buffer_class=SharedReplayBuffer, seed=0)
+    return SAC("MlpPolicy", "Pendulum-v1", **kwargs)
+
+
 def test_save_and_load_replay_buffer_round_trip(tmp_path):
-    model = SAC(
-        "MlpPolicy",
-        "Pendulum-v1",
-        buffer_size=30,
-        learning_starts=10_000,
-        replay_buffer_class=SharedReplayBuffer,
-        seed=0,
-    )
+    model = _pendulum_sac()
     model.learn(45)  # wraps
     original = model.replay_buffer
     model.save_replay_buffer(tmp_path / "rb.pkl")
@@ -285,14 +284,7 @@ def test_save_and_load_replay_buffer_round_trip(tmp_path):
 
 
 def test_a_corrupted_saved_buffer_is_refused_and_the_model_keeps_its_buffer(tmp_path):
-    model = SAC(
-        "MlpPolicy",
-        "Pendulum-v1",
-        buffer_size=30,
-        learning_starts=10_000,
-        replay_buffer_class=SharedReplayBuffer,
-        seed=0,
-    )
+    model = _pendulum_sac()
     model.learn(20)
     original = model.replay_buffer
     block = original.storage.block.copy()
