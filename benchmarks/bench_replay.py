@@ -6,6 +6,11 @@ each number the median over rounds:
 
 - ``sb3``: Stable-Baselines3 ``ReplayBuffer(n_envs=64)``;
 - ``shared``: ``unilab_gym.SharedReplayBuffer(n_envs=64)`` (same SB3 add/sample API);
+- ``shared_opt``: the same with ``optimize_memory_usage=True`` (each observation stored once,
+  final observations in a side table; issue 18);
+- ``shared_v1``: ``SharedReplayBuffer`` as of ``--baseline-rev`` (default ``HEAD``, read with
+  ``git show`` into a temporary package), to check that this version costs nothing on the
+  48-float path; skipped outside a git checkout;
 - ``storage``: the raw ``unilab_gym.replay.ReplayStorage`` (``add`` of 64 rows,
   ``TorchSampler`` to CPU tensors), the path collectors and learners use directly;
 - ``tianshou``: Tianshou ``VectorReplayBuffer(buffer_num=64)`` (``Batch.to_torch_`` after sampling);
@@ -48,13 +53,19 @@ class Data:
         rng = np.random.default_rng(seed)
         self.rows = rows
         self.steps = []
-        for _ in range(pool):
+        # a consistent stream, as envs give it (the optimized layout relies on it): step k+1's obs
+        # is step k's next_obs, except after an episode end; the pool cycles (state pool = state 0)
+        states = [rng.standard_normal((rows, OBS_DIM), dtype=np.float32) for _ in range(pool)]
+        for k in range(pool):
             terminated = rng.random(rows) < 0.01
             truncated = rng.random(rows) < 0.01
+            next_obs = states[(k + 1) % pool].copy()
+            ends = terminated | truncated
+            next_obs[ends] = rng.standard_normal((int(ends.sum()), OBS_DIM), dtype=np.float32)  # final obs
             self.steps.append(
                 dict(
-                    obs=rng.standard_normal((rows, OBS_DIM), dtype=np.float32),
-                    next_obs=rng.standard_normal((rows, OBS_DIM), dtype=np.float32),
+                    obs=states[k],
+                    next_obs=next_obs,
                     action=rng.uniform(-1, 1, (rows, ACT_DIM)).astype(np.float32),
                     reward=rng.standard_normal(rows, dtype=np.float32),
                     terminated=terminated,
@@ -137,6 +148,67 @@ class Shared(SB3):
 
     def close(self):
         self.buf.close()
+
+
+class SharedOptimized(Shared):
+    name = "shared_opt"
+
+    def __init__(self, capacity, data):
+        Contender.__init__(self, capacity, data)
+        from unilab_gym import SharedReplayBuffer
+
+        obs = spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+        act = spaces.Box(-1, 1, (ACT_DIM,), np.float32)
+        self.buf = SharedReplayBuffer(capacity, obs, act, "cpu", n_envs=data.rows, seed=0, optimize_memory_usage=True)
+
+
+BASELINE_REV = "HEAD"
+_BASELINE_FILES = {
+    "unilab_gym/replay/__init__.py": "replay/__init__.py",
+    "unilab_gym/replay/layout.py": "replay/layout.py",
+    "unilab_gym/replay/storage.py": "replay/storage.py",
+    "unilab_gym/replay/integrity.py": "replay/integrity.py",
+    "unilab_gym/replay/torch_sampler.py": "replay/torch_sampler.py",
+    "unilab_gym/shm.py": "shm.py",
+    "integrations/sb3_replay.py": "sb3_replay.py",
+}
+
+
+def _baseline_class(rev: str) -> Any:
+    """``SharedReplayBuffer`` of git revision ``rev``, as package ``unilab_gym_baseline`` in a temp dir."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tmp = tempfile.mkdtemp(prefix="bench_replay_baseline_")
+    pkg = os.path.join(tmp, "unilab_gym_baseline")
+    os.makedirs(os.path.join(pkg, "replay"))
+    open(os.path.join(pkg, "__init__.py"), "w").close()
+    for src, dst in _BASELINE_FILES.items():
+        try:
+            text = subprocess.run(
+                ["git", "show", f"{rev}:{src}"], cwd=root, capture_output=True, text=True, check=True
+            ).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise ImportError(f"no git revision {rev!r} of {src}: {e}") from None
+        for mod in ("replay", "shm", "integrations.sb3_replay"):
+            text = text.replace(f"unilab_gym.{mod}", f"unilab_gym_baseline.{mod.replace('integrations.', '')}")
+        with open(os.path.join(pkg, dst), "w") as f:
+            f.write(text)
+    sys.path.insert(0, tmp)
+    import importlib
+
+    return importlib.import_module("unilab_gym_baseline.sb3_replay").SharedReplayBuffer
+
+
+class SharedBaseline(Shared):
+    name = "shared_v1"
+
+    def __init__(self, capacity, data):
+        Contender.__init__(self, capacity, data)
+        cls = _baseline_class(BASELINE_REV)
+        obs = spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+        act = spaces.Box(-1, 1, (ACT_DIM,), np.float32)
+        self.buf = cls(capacity, obs, act, "cpu", n_envs=data.rows, seed=0)
 
 
 class Storage(Contender):
@@ -248,7 +320,9 @@ class TorchRL(Contender):
         self.tmp.cleanup()
 
 
-CONTENDERS: dict[str, Callable[..., Contender]] = {c.name: c for c in (SB3, Shared, Storage, Tianshou, TorchRL)}
+CONTENDERS: dict[str, Callable[..., Contender]] = {
+    c.name: c for c in (SB3, Shared, SharedOptimized, SharedBaseline, Storage, Tianshou, TorchRL)
+}
 
 
 def _make_all(names, capacity, data):
@@ -374,7 +448,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--only", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS))
     p.add_argument("--quick", action="store_true", help="small smoke run (capacity 20k, 3 rounds)")
     p.add_argument("--out", help="directory to write bench_replay.json and bench_replay.md")
+    p.add_argument("--baseline-rev", default="HEAD", help="git revision of the shared_v1 contender")
     args = p.parse_args(argv)
+    global BASELINE_REV
+    BASELINE_REV = args.baseline_rev
     if args.quick:
         args.capacity, args.rounds, args.adds_per_round, args.samples_per_round = 20_000, 3, 20, 20
     report = run(args)

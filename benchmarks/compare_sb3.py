@@ -88,8 +88,8 @@ MODES = {
 
 
 # ----------------------------------------------------------------------------- env section
-def run_collectors(num_envs: int, steps: int, warmup: int) -> dict[str, float]:
-    """Env-steps/s of 2 AsyncRunner collectors (random actions: before learning_starts)."""
+def run_collectors(num_envs: int, steps: int, warmup: int, backend: str = "process") -> dict[str, float]:
+    """Env-steps/s of 2 AsyncRunner collectors (random actions: before learning_starts); ``backend`` of the runner."""
     from stable_baselines3 import SAC
 
     from unilab_gym import AsyncRunner, SharedReplayBuffer
@@ -105,7 +105,12 @@ def run_collectors(num_envs: int, steps: int, warmup: int) -> dict[str, float]:
         learning_starts=capacity,
     )
     with AsyncRunner(
-        model, env_id=ID, num_collectors=2, envs_per_collector=max(1, num_envs // 2), replay_ratio=0.0
+        model,
+        env_id=ID,
+        num_collectors=2,
+        envs_per_collector=max(1, num_envs // 2),
+        replay_ratio=0.0,
+        backend=backend,
     ) as runner:
         runner.learn(warmup * num_envs)  # start-up (spawn, imports) is not timed
         t0 = time.perf_counter()
@@ -123,6 +128,7 @@ def env_configs(num_envs: int, steps: int) -> dict[str, tuple[Any, dict[str, Any
         "raw pybullet (physics limit)": (bench_env.run_raw, common),
         "UniLabVectorEnv (1 process)": (bench_env.run_unilab, common),
         "AsyncRunner collectors (2 processes)": (run_collectors, common),
+        "AsyncRunner collectors (2 Ray actors, local)": (run_collectors, {**common, "backend": "ray"}),
         "SB3 DummyVecEnv": (bench_env.run_dummy, common),
         "SB3 SubprocVecEnv (2 workers)": (bench_env.run_subproc, two),
         "gymnasium AsyncVectorEnv (2 workers)": (bench_env.run_async, two),
@@ -177,7 +183,8 @@ def evaluate(model: Any, seed: int, max_episode_steps: int) -> float:
 
 
 def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, Any]:
-    """One SAC run: ``kind`` is ``stock``, ``shared`` (SB3 + SharedReplayBuffer) or ``async``."""
+    """One SAC run: ``kind`` is ``stock``, ``shared`` (SB3 + SharedReplayBuffer), ``async`` or ``async-ray``
+    (AsyncRunner with ``backend="ray"``: a local Ray instance, started and stopped inside the timing)."""
     import torch
     from stable_baselines3 import SAC
 
@@ -201,7 +208,7 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
     model = SAC("MlpPolicy", env, **kwargs)
     curve = _Curve.make(every=max(num_envs, total_steps // 40))
     t0 = time.perf_counter()
-    if kind == "async":
+    if kind.startswith("async"):
         with AsyncRunner(
             model,
             env_id=ID,
@@ -210,6 +217,7 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
             env_kwargs=dict(max_episode_steps=episode),
             seed=seed,
             replay_ratio=1.0 / num_envs,
+            backend="ray" if kind == "async-ray" else "process",
         ) as runner:
             runner.learn(total_steps, callback=curve)
     else:
@@ -325,6 +333,7 @@ def rl_configs(algo: str, num_envs: int, steps: int, seed: int) -> dict[str, tup
             "stock SB3 SAC": "stock",
             "SB3 SAC + SharedReplayBuffer": "shared",
             "AsyncRunner SAC (2 collectors)": "async",
+            "AsyncRunner SAC (2 Ray actors, local)": "async-ray",
         }
         fn = run_sac
     else:

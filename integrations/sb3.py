@@ -31,16 +31,26 @@ from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
+from unilab_gym.integrations.sb3_policies import AsymmetricActorCriticPolicy, AsymmetricSACPolicy, KeyExtractor
 from unilab_gym.validation import check_seed
 from unilab_gym.vector_env import UniLabVectorEnv
 
-__all__ = ["EnvMetricsCallback", "SB3VecEnv", "make_sb3_env"]
+__all__ = [
+    "AsymmetricActorCriticPolicy",
+    "AsymmetricSACPolicy",
+    "EnvMetricsCallback",
+    "KeyExtractor",
+    "SB3VecEnv",
+    "make_sb3_env",
+]
 
 
 class SB3VecEnv(VecEnv):
     """SB3 ``VecEnv`` over a :class:`~unilab_gym.vector_env.UniLabVectorEnv` (same-step autoreset).
 
-    ``step`` returns ``obs`` (N, 48) float32, ``rewards`` (N,) float32, ``dones`` (N,) bool
+    ``step`` returns ``obs`` (N, 48) float32 (with ``privileged_obs=True``, a dict of ``"policy"`` (N, 48) and
+    ``"critic"`` (N, 68), as SB3's ``DummyVecEnv`` stacks ``Dict`` observations), ``rewards`` (N,) float32,
+    ``dones`` (N,) bool
     (terminated or truncated) and ``infos``, a list of N dicts: the single env's info
     (``reward_terms``: dict of floats), ``"TimeLimit.truncated"`` (truncated and not
     terminated) and, for finished envs, ``"terminal_observation"`` ((48,) float32, the last
@@ -124,7 +134,7 @@ class SB3VecEnv(VecEnv):
             infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
         if dones.any():
             for i in np.flatnonzero(dones).tolist():
-                infos[i]["terminal_observation"] = obs[i].copy()
+                infos[i]["terminal_observation"] = _row(obs, i)
             obs, reset_info = self.venv.reset(options={"reset_mask": dones})
             self._store_reset_infos(reset_info, dones)
         return obs, reward.astype(np.float32), dones, infos
@@ -215,6 +225,11 @@ class SB3VecEnv(VecEnv):
             )
 
 
+def _row(obs: Any, i: int) -> Any:
+    """A copy of env ``i``'s observation: row ``i`` of the array, or a dict of the rows of a dict observation."""
+    return {k: v[i].copy() for k, v in obs.items()} if isinstance(obs, dict) else obs[i].copy()
+
+
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     if a is b:
         return True
@@ -243,7 +258,8 @@ def make_sb3_env(
             ``infos[i]["episode"]``, ``rollout/ep_rew_mean`` in the logs), as ``make_vec_env``
             wraps each env in a ``Monitor``.
         **env_kwargs: arguments of the vector env (``envs_per_cluster``, ``render_mode``,
-            ``max_episode_steps``, task arguments ...).
+            ``max_episode_steps``, task arguments ...). ``privileged_obs=True`` gives ``Dict`` observations
+            (``"policy"`` and ``"critic"``) for :class:`AsymmetricSACPolicy` / :class:`AsymmetricActorCriticPolicy`.
 
     Returns:
         ``VecMonitor(SB3VecEnv(venv))``, or the bare :class:`SB3VecEnv` with ``monitor=False``.

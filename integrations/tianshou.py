@@ -60,12 +60,21 @@ def _object_array(items: Sequence[Any]) -> np.ndarray:
     return out
 
 
+def _rows(obs: Any, ids: np.ndarray) -> np.ndarray:
+    """Rows ``ids`` of the observation; for a dict observation (``privileged_obs=True``), an (R,) object array of
+    one dict per env, as ``DummyVectorEnv`` stacks single envs' dict observations (Tianshou's ``Batch`` stacks it)."""
+    if isinstance(obs, dict):
+        return _object_array([{k: v[j] for k, v in obs.items()} for j in ids.tolist()])
+    return obs[ids]
+
+
 class TianshouVectorEnv(BaseVectorEnv):
     """Tianshou ``BaseVectorEnv`` over a :class:`~unilab_gym.vector_env.UniLabVectorEnv`.
 
     Same results as Tianshou's ``DummyVectorEnv`` over N single envs (seeded alike):
 
-    - ``reset(env_id=None, seed=None, options=None)`` -> ``obs`` (R, 48) float32 and
+    - ``reset(env_id=None, seed=None, options=None)`` -> ``obs`` (R, 48) float32 (with ``privileged_obs=True``
+      an (R,) object array of ``{"policy": (48,), "critic": (68,)}`` dicts, as ``DummyVectorEnv`` gives) and
       ``infos``, an (R,) object array of the single env's reset-info dicts.
     - ``step(action, id=None)`` -> ``obs`` (R, 48) float32, ``rew`` (R,) float64,
       ``terminated`` (R,) bool, ``truncated`` (R,) bool, ``infos`` (R,) object array of dicts
@@ -199,7 +208,7 @@ class TianshouVectorEnv(BaseVectorEnv):
                 self._action_spaces[j].seed(seeds[j])
         self._stale[mask] = False
         infos = unbatch_infos(info, self.env_num)
-        return obs[ids], _object_array([infos[j] for j in ids.tolist()])
+        return _rows(obs, ids), _object_array([infos[j] for j in ids.tolist()])
 
     def step(
         self,
@@ -244,7 +253,13 @@ class TianshouVectorEnv(BaseVectorEnv):
         infos = unbatch_infos(info, self.env_num)
         for j in ids.tolist():
             infos[j]["env_id"] = j
-        return obs[ids], rew[ids], terminated[ids], truncated[ids], _object_array([infos[j] for j in ids.tolist()])
+        return (
+            _rows(obs, ids),
+            rew[ids],
+            terminated[ids],
+            truncated[ids],
+            _object_array([infos[j] for j in ids.tolist()]),
+        )
 
     def seed(self, seed: int | list[int] | None = None) -> list[list[int] | None]:
         """Seed env ``i`` and its action space with ``seed + i`` (or ``seed[i]``) and reset all envs.

@@ -179,6 +179,18 @@ def test_td3_trains_and_backpressure_bounds_collectors():
     model.replay_buffer.close()
 
 
+def test_a_replay_ratio_below_one_over_the_lead_still_trains():
+    # lead = 2 collectors x 2 envs x 2 = 8 transitions; 0.05 x 8 < 1 gradient step: the budget must
+    # still let collectors reach the next gradient step (it once deadlocked: learner and collectors waiting)
+    model = make_sac(learning_starts=40, train_freq=1, gradient_steps=1)
+    with AsyncRunner(
+        model, env_id=ID, num_collectors=2, envs_per_collector=2, env_kwargs=SMALL_ENV, replay_ratio=0.05
+    ) as runner:
+        runner.learn(200)
+    assert model._n_updates == math.floor((200 - 40) * 0.05)
+    model.replay_buffer.close()
+
+
 def test_learning_starts_larger_than_capacity_is_refused():
     model = make_sac(learning_starts=6_000)
     with pytest.raises(ValueError, match="learning_starts"):

@@ -19,11 +19,17 @@ ENV = [
     "raw pybullet (physics limit)",
     "UniLabVectorEnv (1 process)",
     "AsyncRunner collectors (2 processes)",
+    "AsyncRunner collectors (2 Ray actors, local)",
     "SB3 DummyVecEnv",
     "SB3 SubprocVecEnv (2 workers)",
     "gymnasium AsyncVectorEnv (2 workers)",
 ]
-SAC = ["stock SB3 SAC", "SB3 SAC + SharedReplayBuffer", "AsyncRunner SAC (2 collectors)"]
+SAC = [
+    "stock SB3 SAC",
+    "SB3 SAC + SharedReplayBuffer",
+    "AsyncRunner SAC (2 collectors)",
+    "AsyncRunner SAC (2 Ray actors, local)",
+]
 PPO = [
     "stock SB3 PPO (1 process)",
     "stock SB3 PPO (SubprocVecEnv)",

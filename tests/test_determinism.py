@@ -177,3 +177,28 @@ def test_gait_terms_and_air_time_match_alone():
     group = rollout(7, 3, steps, reward_weights=GAIT_WEIGHTS)
     for i in (0, 3, 6):
         assert_same(group, i, alone(i, steps, reward_weights=GAIT_WEIGHTS))
+
+
+def test_privileged_obs_dict_matches_alone_and_the_plain_observation():
+    """``privileged_obs=True``: env i's "policy" and "critic" observations are its own, alone or in a vector, and
+    "policy" is the observation of ``privileged_obs=False`` bit for bit."""
+    steps, dr = 40, {"friction": (0.4, 1.2), "added_mass": (-1.0, 2.0), "latency": (0, 2)}
+
+    def run(num_envs, envs_per_cluster, first):
+        env = UniLabVectorEnv(num_envs, envs_per_cluster=envs_per_cluster, privileged_obs=True, **TASK,
+                              domain_randomization=dr)  # fmt: skip
+        acts = np.stack([env_actions(first + i, steps) for i in range(num_envs)], axis=1)
+        obs, _ = env.reset(seed=SEED + first)
+        seen = [obs]
+        for t in range(steps):
+            obs, *_ = env.step(acts[t])
+            seen.append(obs)
+        env.close()
+        return {key: np.stack([o[key] for o in seen]) for key in ("policy", "critic")}
+
+    group = run(5, 2, 0)
+    np.testing.assert_array_equal(group["policy"], rollout(5, 2, steps, domain_randomization=dr)["obs"])
+    for i in (0, 3):
+        solo = run(1, 1, i)
+        for key in ("policy", "critic"):
+            np.testing.assert_array_equal(group[key][:, i], solo[key][:, 0], err_msg=f"{key} of env {i} differs")

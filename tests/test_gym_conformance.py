@@ -4,15 +4,18 @@ Items: (1) infos exactly as ``SyncVectorEnv`` builds them in every autoreset mod
 refuses to step a finished env, the single env warns as Gymnasium's envs do; (4) wrong types raise
 ``TypeError``, wrong values / shapes ``ValueError``, with nothing changed; (5) configuration and seeds
 validated where they enter; (6) ``gym.make(ID, num_envs=N, max_episode_steps=k)`` never returns a
-``TimeLimit`` around the vector env.
+``TimeLimit`` around the vector env; (3) copying or pickling a live env raises a ``TypeError`` saying what to do;
+(9) the single env reconnects at ``reset()`` after ``close()`` (SB3's ``check_env`` with its render check).
 """
 
+import copy
+import pickle
 import warnings
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.error import ResetNeeded
+from gymnasium.error import ClosedEnvironmentError, ResetNeeded
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.wrappers import TimeLimit
 
@@ -382,3 +385,59 @@ def test_tianshou_adapter_still_advances_idle_finished_envs_with_autoreset_disab
     envs.step(np.zeros((1, 12)), id=[0])  # env 1 (finished, idle) advances with zero actions, as before
     with pytest.raises(FinishedEnvError, match=r"envs \[0\]"):  # a finished env in `id` is refused
         envs.step(np.zeros((1, 12)), id=[0])
+
+
+# --------------------------------------------------------------------------- item 3: copies
+COPIES = [copy.copy, copy.deepcopy, pickle.dumps]
+
+
+@pytest.mark.parametrize("make_copy", COPIES, ids=["copy", "deepcopy", "pickle"])
+@pytest.mark.parametrize("make_env", [lambda: UniLabVectorEnv(2), lambda: gym.make(ID)], ids=["vector", "single"])
+def test_copying_a_live_env_raises_type_error_saying_what_to_do(closing, make_copy, make_env):
+    # Gymnasium's test_pickle_env does not apply: a copy would share the pybullet worlds (docs/conformance.md)
+    env = closing(make_env())
+    obs, _ = env.reset(seed=0)
+    with pytest.raises(TypeError, match=r"cannot be copied or pickled.*task_config.*env_fn"):
+        make_copy(env)
+    np.testing.assert_array_equal(env.reset(seed=0)[0], obs)  # the env is untouched and still works
+    world = (env if isinstance(env, UniLabVectorEnv) else env.vector_env)._clusters[0][1]
+    with pytest.raises(TypeError, match="ClusterWorld cannot be copied or pickled"):
+        make_copy(world)
+
+
+def test_an_independent_env_from_the_configuration_follows_the_same_trajectory(closing):
+    env = closing(UniLabVectorEnv(2, **SHORT))
+    twin = closing(UniLabVectorEnv(2, **env.task_config))
+    single = closing(gym.make(ID, **SHORT))
+    single_twin = closing(gym.make(ID, **single.unwrapped.task_config))
+    for a, b in ((env, twin), (single, single_twin)):
+        np.testing.assert_array_equal(a.reset(seed=3)[0], b.reset(seed=3)[0])
+        action = np.full(a.action_space.shape, 0.3, dtype=np.float32)
+        np.testing.assert_array_equal(a.step(action)[0], b.step(action)[0])
+
+
+# --------------------------------------------------------------------------- item 9: the single env after close()
+def test_single_env_reconnects_at_reset_after_close_and_continues_its_stream(closing):
+    kept, closed = closing(gym.make(ID)), closing(gym.make(ID))
+    for env in (kept, closed):
+        env.reset(seed=11)
+        env.step(np.zeros(12))
+    closed.close()
+    with pytest.raises(ClosedEnvironmentError, match="reset"):
+        closed.step(np.zeros(12))
+    old_world = closed.unwrapped.vector_env
+    obs, info = closed.reset()  # reconnects: a new world, the same configuration and random stream
+    assert closed.unwrapped.vector_env is not old_world and old_world.closed
+    obs_k, info_k = kept.reset()
+    np.testing.assert_array_equal(obs, obs_k)
+    assert info["episode_seed"] == info_k["episode_seed"]
+    np.testing.assert_array_equal(closed.step(np.zeros(12))[0], kept.step(np.zeros(12))[0])
+
+
+def test_single_env_with_a_trace_file_does_not_reconnect(closing, tmp_path):
+    env = closing(gym.make(ID, trace_path=tmp_path / "trace.jsonl"))
+    env.reset(seed=0)
+    env.close()
+    with pytest.raises(ClosedEnvironmentError, match="trace_path"):
+        env.reset()
+    assert (tmp_path / "trace.jsonl").read_text()  # the file close() finished is left as it was

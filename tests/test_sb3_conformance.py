@@ -2,10 +2,12 @@
 ``make_sb3_env`` with ``DummyVecEnv`` over single ``gym.make`` envs as the reference.
 
 Cases parametrized over ``kind`` run on both; the reference must pass them as SB3's own tests assert. Cases
-that do not apply are listed, with the reason, in docs/integrations.md ("Conformance").
+that do not apply are listed, with the reason, in docs/conformance.md. Also issue 20 items 7 (a raw vector env
+given to an algorithm) and 9 (``check_env`` with its render check).
 """
 
 import json
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -406,3 +408,42 @@ def test_vec_monitor_ppo(recwarn):
     evaluate_policy(model, env, n_eval_episodes=2)
     assert len(recwarn) == 0, [str(w.message) for w in recwarn]
     env.close()
+
+
+# --------------------------------------------------------------------------- issue 20, items 7 and 9
+@pytest.mark.parametrize("algo", ["SAC", "PPO"])
+def test_raw_vector_env_given_to_an_algorithm_names_make_sb3_env(algo):
+    import stable_baselines3
+
+    venv = gym.make(ID, num_envs=4)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(TypeError, match=r"make_sb3_env\('UniLab/Quadruped-v0', 4\)"):
+                getattr(stable_baselines3, algo)("MlpPolicy", venv)
+        # raised when SB3's DummyVecEnv reads `unwrapped`, before any replay buffer estimates its memory
+        assert not [w for w in caught if "memory" in str(w.message)]
+    finally:
+        venv.close()
+
+
+def test_sb3_make_vec_env_over_the_vector_env_names_make_sb3_env():
+    from stable_baselines3.common.env_util import make_vec_env
+
+    envs = []
+    with pytest.raises(TypeError, match="make_sb3_env"):
+        make_vec_env(lambda: envs.append(gym.make(ID, num_envs=2)) or envs[-1], n_envs=1)
+    for env in envs:
+        env.close()
+
+
+@pytest.mark.parametrize("render_mode", [None, "rgb_array"])
+def test_check_env_with_the_render_check(render_mode):
+    # SB3's check_env closes the env after its render check, then steps it on: the env reconnects at reset()
+    from stable_baselines3.common.env_checker import check_env
+
+    env = gym.make(ID, render_mode=render_mode)
+    try:
+        check_env(env, skip_render_check=False)
+    finally:
+        env.close()

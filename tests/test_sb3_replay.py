@@ -82,27 +82,30 @@ def test_sb3_constructor_arguments_and_lazy_export():
     buf.close()
 
 
-def test_optimize_memory_usage_is_refused_clearly():
-    with pytest.raises(ValueError, match="optimize_memory_usage"):
-        SharedReplayBuffer(100, BOX_OBS, BOX_ACT, optimize_memory_usage=True, handle_timeout_termination=False)
-    with pytest.raises(ValueError, match="optimize_memory_usage"):
-        DQN(
-            "MlpPolicy",
-            "CartPole-v1",
-            replay_buffer_class=SharedReplayBuffer,
-            optimize_memory_usage=True,
-            replay_buffer_kwargs={"handle_timeout_termination": False},
-        )
+def test_optimize_memory_usage_is_accepted_through_sb3s_flag():
+    # issue 18 item 2: accepted now, also with handle_timeout_termination (tests/test_replay_optimized.py)
+    buf = SharedReplayBuffer(100, BOX_OBS, BOX_ACT, optimize_memory_usage=True, handle_timeout_termination=True)
+    assert buf.optimize_memory_usage and buf.next_observations is None and buf.layout.final_obs > 0
+    buf.close()
+    model = DQN(
+        "MlpPolicy",
+        "CartPole-v1",
+        replay_buffer_class=SharedReplayBuffer,
+        optimize_memory_usage=True,
+        replay_buffer_kwargs={"handle_timeout_termination": True},
+    )
+    assert isinstance(model.replay_buffer, SharedReplayBuffer) and model.replay_buffer.optimize_memory_usage
+    model.replay_buffer.close()
 
 
 @pytest.mark.parametrize(
     "obs_space, act_space, match",
     [
-        (spaces.Box(0, 255, (8, 8, 3), np.uint8), BOX_ACT, "uint8"),
-        (spaces.Box(-1, 1, (3,), np.float64), BOX_ACT, "float64"),
-        (spaces.Dict({"a": BOX_OBS}), BOX_ACT, "Dict"),
-        (spaces.Discrete(4), BOX_ACT, "Discrete"),
-        (BOX_OBS, spaces.Discrete(2**25), "Discrete"),
+        # issue 18: every SB3 space is supported now (tests/test_sb3_buffer_suite.py); these are not
+        (spaces.Tuple((BOX_OBS,)), BOX_ACT, "Tuple"),
+        (spaces.Dict({"a": spaces.Dict({"b": BOX_OBS})}), BOX_ACT, "Dict"),
+        (spaces.Dict({}), BOX_ACT, "Dict"),
+        (spaces.Text(5), BOX_ACT, "Text"),
         (BOX_OBS, spaces.Tuple((spaces.Discrete(2),)), "Tuple"),
     ],
 )
@@ -250,8 +253,12 @@ def test_pos_and_full_are_derived_not_settable():
     buf.pos = 0  # SB3's own initialisation assigns the current values: allowed
     with pytest.raises(AttributeError, match="reset"):
         buf.pos = 3
+    # issue 18: SB3's own tests set full = True on an empty buffer and sample its zero rows
+    buf.full = True
+    assert buf.full and buf.size() == 4 and len(buf.storage) == 4
+    assert buf.sample(8).observations.abs().sum() == 0
     with pytest.raises(AttributeError, match="reset"):
-        buf.full = True
+        buf.full = False
     buf.close()
 
 

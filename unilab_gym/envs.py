@@ -3,6 +3,12 @@
 It is a :class:`~unilab_gym.vector_env.UniLabVectorEnv` of one env with autoreset disabled,
 so a single env and env ``i`` of a vector env seeded ``s - i`` follow the same trajectory,
 bit for bit.
+
+``close()`` releases the pybullet world; the next ``reset()`` reconnects (a new world of the same
+configuration, continuing the env's random stream; the in-memory parameter trace starts empty), as
+Gymnasium's own envs can be reset after ``close()`` and as SB3's ``check_env(env, skip_render_check=False)``
+expects (it closes the env after its render check and then steps it on). With ``trace_path`` it cannot
+reconnect (``close()`` finished that file): ``reset()`` raises ``ClosedEnvironmentError``.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import logger
+from gymnasium.error import ClosedEnvironmentError
 
 from unilab_gym.tasks.config import check_task_kwargs
 from unilab_gym.validation import check_action_array, check_seed
@@ -32,19 +39,22 @@ class QuadrupedEnv(gym.Env):
         render_mode: ``None`` or ``"rgb_array"`` ((240, 320, 3) uint8 frames).
         **kwargs: the task configuration, the fields of :class:`~unilab_gym.tasks.config.QuadrupedConfig`
             (``dt``, ``substeps``, ``kp``, ...), and the parameter trace's ``trace_max_records`` and
-            ``trace_path`` (see :class:`UniLabVectorEnv`).
+            ``trace_path`` (see :class:`UniLabVectorEnv`), and ``privileged_obs`` (``True``: the observation is a
+            ``Dict`` of the (48,) ``"policy"`` and the (68,) ``"critic"`` observations, see :class:`UniLabVectorEnv`).
 
     Raises:
         ValueError: an invalid task argument, naming it.
         TypeError: a vector-env argument (``num_envs``, ``autoreset_mode``, ``envs_per_cluster``) or an
-            unknown one.
+            unknown one; ``copy.copy``, ``copy.deepcopy`` or ``pickle`` of the env (a copy would share its
+            pybullet world: make a new env with ``gym.make("UniLab/Quadruped-v0", **env.task_config)``).
     """
 
     def __init__(self, render_mode: str | None = None, **kwargs: Any):
         for key in ("num_envs", "autoreset_mode", "envs_per_cluster"):
             if key in kwargs:
                 raise TypeError(f"QuadrupedEnv got vector-env argument {key!r}; use UniLabVectorEnv for several envs")
-        check_task_kwargs("QuadrupedEnv", kwargs, ("render_mode", "trace_max_records", "trace_path"))
+        check_task_kwargs("QuadrupedEnv", kwargs, ("render_mode", "trace_max_records", "trace_path", "privileged_obs"))
+        self._kwargs = dict(kwargs)  # to reconnect after close()
         self._vec = UniLabVectorEnv(1, render_mode=render_mode, autoreset_mode="Disabled", **kwargs)
         self.render_mode = render_mode
         self.metadata = {"render_modes": ["rgb_array"], "render_fps": self._vec.metadata["render_fps"]}
@@ -55,8 +65,38 @@ class QuadrupedEnv(gym.Env):
 
     @property
     def vector_env(self) -> UniLabVectorEnv:
-        """The one-env :class:`UniLabVectorEnv` underneath."""
+        """The one-env :class:`UniLabVectorEnv` underneath (a new one after ``close()`` and ``reset()``)."""
         return self._vec
+
+    @property
+    def task_config(self) -> dict[str, Any]:
+        """The arguments that determine the trajectories (:attr:`UniLabVectorEnv.task_config`), JSON-able:
+        ``QuadrupedEnv(**env.task_config)`` makes an env that follows the same ones."""
+        return self._vec.task_config
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Refuse ``copy.copy``, ``copy.deepcopy`` and ``pickle`` (see :meth:`UniLabVectorEnv.__reduce_ex__`).
+
+        Raises:
+            TypeError: always; the message says how to make an independent env.
+        """
+        raise TypeError(
+            "a QuadrupedEnv cannot be copied or pickled: its pybullet world lives in this process and a copy would "
+            "share it. Make an independent env instead: gym.make('UniLab/Quadruped-v0', **env.task_config) or "
+            "QuadrupedEnv(**env.task_config) (the same configuration; reset(seed=...) for the same trajectory); to "
+            "start one in another process, send a function that builds it (an env_fn) or the env id and kwargs"
+        )
+
+    def _reconnect(self) -> None:
+        """After ``close()``: a new one-env vector env of the same configuration, continuing the random stream."""
+        if self._kwargs.get("trace_path") is not None:
+            raise ClosedEnvironmentError(
+                "this QuadrupedEnv was closed and streams its parameter trace to trace_path, which close() "
+                "finished: it cannot reconnect without truncating that file; create a new env"
+            )
+        old = self._vec
+        self._vec = UniLabVectorEnv(1, render_mode=self.render_mode, autoreset_mode="Disabled", **self._kwargs)
+        self._vec._env_rngs = old._env_rngs  # the env's stream goes on, as if it had not been closed
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -75,11 +115,13 @@ class QuadrupedEnv(gym.Env):
         if seed is not None:
             seed = check_seed("seed", seed)
         options = check_reset_options(options, SINGLE_RESET_OPTIONS)
+        if self._vec.closed:
+            self._reconnect()
         obs, info = self._vec.reset(seed=seed, options=options)
         super().reset(seed=seed)
         self._episode_over = self._warned = False
         parameters = {k: v[0].item() for k, v in info["parameters"].items() if not k.startswith("_")}
-        return obs[0], {
+        return _row(obs, 0), {
             "command": info["command"][0].copy(),
             "episode_seed": int(info["episode_seed"][0]),
             "parameters": parameters,
@@ -101,7 +143,10 @@ class QuadrupedEnv(gym.Env):
             TypeError: an action of the wrong type: a scalar, strings, complex numbers, objects.
             ValueError: a wrong shape or NaN/inf (the env is not stepped).
             gymnasium.error.ResetNeeded: before ``reset()`` (an episode is not restarted by itself).
+            gymnasium.error.ClosedEnvironmentError: after ``close()``, before the ``reset()`` that reconnects.
         """
+        if self._vec.closed:
+            raise ClosedEnvironmentError("this QuadrupedEnv was closed; reset() reconnects it (a new world)")
         shape = self.action_space.shape
         assert shape is not None
         batched = check_action_array("action", action, shape)[None]
@@ -115,7 +160,7 @@ class QuadrupedEnv(gym.Env):
             self._warned = True
         self._episode_over = self._episode_over or bool(terminated[0] or truncated[0])
         terms = {k: float(v[0]) for k, v in info["reward_terms"].items() if not k.startswith("_")}
-        return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), {"reward_terms": terms}
+        return _row(obs, 0), float(reward[0]), bool(terminated[0]), bool(truncated[0]), {"reward_terms": terms}
 
     def parameter_trace(self) -> list[dict[str, Any]]:
         """One record per finished episode (see :meth:`UniLabVectorEnv.parameter_trace`)."""
@@ -126,7 +171,22 @@ class QuadrupedEnv(gym.Env):
         return self._vec.save_parameter_trace(path)
 
     def render(self) -> np.ndarray | None:
-        return self._vec.render_env(0) if self.render_mode == "rgb_array" else None
+        """(240, 320, 3) uint8 frame with ``render_mode="rgb_array"``, else ``None``.
+
+        Raises:
+            gymnasium.error.ClosedEnvironmentError: after ``close()``, before the ``reset()`` that reconnects.
+        """
+        if self.render_mode != "rgb_array":
+            return None
+        if self._vec.closed:
+            raise ClosedEnvironmentError("this QuadrupedEnv was closed; reset() reconnects it (a new world)")
+        return self._vec.render_env(0)
 
     def close(self) -> None:
+        """Disconnect the pybullet world (idempotent); the next ``reset()`` reconnects."""
         self._vec.close()
+
+
+def _row(obs: Any, i: int) -> Any:
+    """Env ``i``'s observation: row ``i`` of the array, or of each array of a dict observation."""
+    return {k: v[i] for k, v in obs.items()} if isinstance(obs, dict) else obs[i]

@@ -152,9 +152,9 @@ def _release(mm: mmap.mmap, view: memoryview, fd: int, unlink_name: str | None, 
         os.close(fd)
 
 
-def _map(fd: int) -> tuple[mmap.mmap, int]:
+def _map(fd: int, read_only: bool = False) -> tuple[mmap.mmap, int]:
     size = os.fstat(fd).st_size
-    return mmap.mmap(fd, size), size
+    return mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE), size
 
 
 class Segment:
@@ -164,7 +164,7 @@ class Segment:
 
     :ivar name: segment name, without the leading ``/`` (on Linux: ``/dev/shm/<name>``).
     :ivar size: mapped size in bytes.
-    :ivar buf: writable ``memoryview`` of the whole segment.
+    :ivar buf: ``memoryview`` of the whole segment (read-only for a read-only attach).
     :ivar fd: file descriptor of the segment, private to this object (usable with ``flock``).
     :ivar owner: whether this object unlinks the segment on close.
     """
@@ -221,21 +221,23 @@ class Segment:
         return cls._wrap(name, size, mm, fd, owner=True)
 
     @classmethod
-    def attach(cls, name: str) -> Segment:
+    def attach(cls, name: str, *, read_only: bool = False) -> Segment:
         """Map the existing segment ``name`` without taking ownership (never unlinks it).
 
+        :param read_only: open and map it read-only (``O_RDONLY``, ``PROT_READ``): any write
+            through :attr:`buf` raises ``TypeError``, and the kernel refuses stores into the pages.
         :raises SegmentNotFoundError: if no segment of that name exists.
         """
         if _posixshmem is None:  # pragma: no cover - Windows
             raise NotImplementedError("shared replay segments need POSIX shared memory")
         try:
-            fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+            fd = _posixshmem.shm_open("/" + name, os.O_RDONLY if read_only else os.O_RDWR, mode=0o600)
         except FileNotFoundError:
             raise SegmentNotFoundError(
                 f"shared replay segment {name!r} does not exist: its owner closed it, or it was never created"
             ) from None
         try:
-            mm, size = _map(fd)
+            mm, size = _map(fd, read_only)
         except BaseException:
             os.close(fd)
             raise

@@ -14,6 +14,7 @@ One :meth:`UniLabVectorEnv.step` is five phases, each a private method::
 from __future__ import annotations
 
 import numbers
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,7 +44,15 @@ DEFAULT_ENVS_PER_CLUSTER = 32
 _COL = {name: k for k, name in enumerate(PARAMETER_NAMES)}  # column of each parameter
 
 #: The constructor arguments that are not part of the task configuration (they change no trajectory).
-VECTOR_ENV_ARGS = ("num_envs", "envs_per_cluster", "render_mode", "autoreset_mode", "trace_max_records", "trace_path")
+VECTOR_ENV_ARGS = (
+    "num_envs",
+    "envs_per_cluster",
+    "render_mode",
+    "autoreset_mode",
+    "trace_max_records",
+    "trace_path",
+    "privileged_obs",
+)
 
 #: The keys ``reset(options=...)`` accepts; any other key raises ``ValueError``.
 RESET_OPTIONS = ("reset_mask", "episode_seed")
@@ -130,6 +139,11 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             returns the last ``trace_max_records`` finished episodes.
         trace_path: ``None`` (default) or a file to stream every record of the parameter trace to, as JSON Lines
             (created or truncated; one file per env object: see :class:`~unilab_gym.trace.ParameterTrace`).
+        privileged_obs: ``False`` (default): the observation is the (N, 48) array above. ``True``: it is a
+            ``Dict`` with ``"policy"``, that (N, 48) array, and ``"critic"``, (N, 68) float32: the same 48
+            columns followed by the privileged terms a critic may see in simulation (the episode's physics
+            parameters, base height, foot contacts, feet air times), layout and units in
+            :data:`unilab_gym.tasks.quadruped.CRITIC_OBS_LAYOUT`. The trajectories are the same either way.
         **task_kwargs: the task configuration, the fields of
             :class:`~unilab_gym.tasks.config.QuadrupedConfig` (``max_episode_steps``, ``dt``,
             ``substeps``, ``kp``, ``kd``, ``action_scale``, ``solver_iterations``,
@@ -171,6 +185,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         trace_max_records: int = DEFAULT_TRACE_MAX_RECORDS,
         trace_path: str | Path | None = None,
+        privileged_obs: bool = False,
         **task_kwargs: Any,
     ):
         check_task_kwargs("UniLabVectorEnv", task_kwargs, VECTOR_ENV_ARGS)
@@ -188,6 +203,9 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             raise ValueError(
                 f"autoreset_mode must be one of {[m.value for m in AutoresetMode]}, got {autoreset_mode!r}"
             ) from None
+        if not isinstance(privileged_obs, (bool, np.bool_)):
+            raise ValueError(f"privileged_obs must be True or False, got {privileged_obs!r}")
+        self.privileged_obs = bool(privileged_obs)
         self.config = config = QuadrupedConfig(**task_kwargs)
         trace_max_records = check_int("trace_max_records", trace_max_records, minimum=0)
         check_memory(self.num_envs, envs_per_cluster, config.domain_randomization.max_latency, trace_max_records)
@@ -209,7 +227,14 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             "render_fps": round(1.0 / self.control_dt),
             "autoreset_mode": self.autoreset_mode,
         }
-        self.single_observation_space = spaces.Box(-np.inf, np.inf, (task.OBS_DIM,), np.float32)
+        policy_space = spaces.Box(-np.inf, np.inf, (task.OBS_DIM,), np.float32)
+        self.single_observation_space: spaces.Box | spaces.Dict = (
+            spaces.Dict(
+                {"policy": policy_space, "critic": spaces.Box(-np.inf, np.inf, (task.CRITIC_OBS_DIM,), np.float32)}
+            )
+            if self.privileged_obs
+            else policy_space
+        )
         self.single_action_space = spaces.Box(-1.0, 1.0, (task.ACT_DIM,), np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -262,6 +287,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         #: (N,) int64: seed of each env's current episode (drawn from the env's stream at reset).
         self.episode_seed = np.zeros(n, dtype=np.int64)
         self._obs = np.zeros((n, task.OBS_DIM), dtype=np.float32)
+        self._critic_obs = np.zeros((n, task.CRITIC_OBS_DIM), dtype=np.float32) if self.privileged_obs else None
         self._last_action = np.zeros((n, task.ACT_DIM))
         self._feet_air_time = np.zeros((n, len(a1.FOOT_LINK_NAMES)))
         self._autoreset_envs = np.zeros(n, dtype=bool)
@@ -269,6 +295,46 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self._env_rngs: list[np.random.Generator | None] = [None] * n
         self._needs_reset = True
         self.step_latency: StepLatency | None = StepLatency()
+
+    @property
+    def unwrapped(self) -> UniLabVectorEnv:
+        """This env (Gymnasium's ``VectorEnv.unwrapped``).
+
+        Raises:
+            TypeError: asked by a single-env ``gymnasium.Wrapper`` wrapped around this vector env, such as the
+                ``Monitor`` SB3 puts around an env it is given (``SAC("MlpPolicy", gym.make(ID, num_envs=N))``),
+                which would treat the N envs as one env with (N, 48) observations and fail on its (N,) rewards.
+                SB3's ``DummyVecEnv`` reads ``unwrapped`` before the algorithm builds anything, so this is where
+                that misuse can be named. The message points to ``make_sb3_env``.
+        """
+        caller = sys._getframe(1).f_locals.get("self")
+        if isinstance(caller, gym.Wrapper):
+            raise TypeError(
+                f"{type(caller).__name__} is a single-env gymnasium.Wrapper around a UniLabVectorEnv of "
+                f"{self.num_envs} envs: it would take the N envs for one env with observation space "
+                f"{self.observation_space}. For Stable-Baselines3 pass "
+                f"unilab_gym.integrations.sb3.make_sb3_env('UniLab/Quadruped-v0', {self.num_envs}) (an SB3 VecEnv) "
+                "to the algorithm, not the vector env (SB3 wraps a non-VecEnv in Monitor and DummyVecEnv); for "
+                "Gymnasium use the wrappers of gymnasium.wrappers.vector, or gym.make('UniLab/Quadruped-v0') for "
+                "one env"
+            )
+        return self
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Refuse ``copy.copy``, ``copy.deepcopy`` and ``pickle``.
+
+        Raises:
+            TypeError: always. A copy would share the pybullet worlds (physics client ids) of this env: stepping
+                it would move this env's robots, closing it would break this env, and unpickling it in another
+                process would move that process's robots. The message says how to make an independent env.
+        """
+        raise TypeError(
+            f"a UniLabVectorEnv cannot be copied or pickled: its pybullet worlds live in this process and a copy "
+            f"would share them. Make an independent env instead: UniLabVectorEnv({self.num_envs}, **env.task_config) "
+            f"or gym.make_vec('UniLab/Quadruped-v0', num_envs={self.num_envs}, **env.task_config) (the same "
+            "configuration; reset(seed=...) for the same trajectories); to start one in another process, send a "
+            "function that builds it (an env_fn) or the env id and kwargs, as AsyncRunner does"
+        )
 
     @property
     def robot_state(self) -> RobotState:
@@ -312,7 +378,8 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
                 episode (see :mod:`unilab_gym.trace`).
 
         Returns:
-            obs (N, 48) float32 and infos (dict of arrays with ``_key`` masks) of the reset
+            obs (N, 48) float32 (with ``privileged_obs``, a dict of it and the (N, 68) ``"critic"``) and infos
+            (dict of arrays with ``_key`` masks) of the reset
             envs: ``command`` (N, 3), ``episode_seed`` (N,) int64 and ``parameters`` (a dict
             of (N,) arrays, one per :data:`~unilab_gym.randomization.PARAMETER_NAMES`).
 
@@ -342,7 +409,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self._autoreset_envs[mask] = False
         self._finished[mask] = False
         self._needs_reset = False
-        return self._obs.copy(), self._reset_info(mask)
+        return self._observation(), self._reset_info(mask)
 
     def step(  # type: ignore[override]  # a VectorEnv step (batched arrays), not gym.Env's single-env one
         self, actions: np.ndarray
@@ -353,7 +420,9 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             actions: (N, 12) array-like of floats; values outside [-1, 1] are clipped.
 
         Returns:
-            obs (N, 48) float32, reward (N,) float64, terminated (N,) bool, truncated (N,) bool and
+            obs (N, 48) float32 (with ``privileged_obs``, ``{"policy": (N, 48), "critic": (N, 68)}``; a
+            ``final_obs`` entry is then one env's dict), reward (N,) float64, terminated (N,) bool,
+            truncated (N,) bool and
             infos, as Gymnasium's ``SyncVectorEnv`` over single envs gives them: ``reward_terms`` (dict of
             (N,) float64) of the envs that stepped. NEXT_STEP: an env restarting at this step has only
             its reset info (``command``, ``episode_seed``, ``parameters``), no ``reward_terms``.
@@ -407,7 +476,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self._autoreset(done, terms, infos)
         if disabled:
             self._finished |= done
-        obs = self._obs.copy()
+        obs = self._observation()
         if self.step_latency is not None:
             self.step_latency.physics.observe(physics_ns / 1e3)
             self.step_latency.task.observe((time.perf_counter_ns() - t_start - physics_ns) / 1e3)
@@ -592,8 +661,9 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         """
         if self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
             final_obs = np.full(self.num_envs, None, dtype=object)
+            last = self._observation()
             for i in np.flatnonzero(done):
-                final_obs[i] = self._obs[i].copy()
+                final_obs[i] = {k: v[i] for k, v in last.items()} if isinstance(last, dict) else last[i]
             final_info = self._step_info(terms, done)
             self._reset_envs(done, [None] * self.num_envs)
             self._read_states(done)
@@ -629,15 +699,15 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
 
     def _check_reset_mask(self, mask: Any) -> np.ndarray:
         """``options["reset_mask"]``, checked as Gymnasium's ``SyncVectorEnv`` checks it (TypeError / ValueError)."""
-        name = "options['reset_mask']"
+        name = "`options['reset_mask']`"  # the messages are SyncVectorEnv's, word for word
         if not isinstance(mask, np.ndarray):
-            raise TypeError(f"{name} must be a numpy array of dtype bool, got {type(mask).__name__}: {mask!r}")
+            raise TypeError(f"{name} must be a numpy array, got {type(mask)} (a numpy array of dtype bool)")
         if mask.shape != (self.num_envs,):
-            raise ValueError(f"{name} must have shape ({self.num_envs},), got {mask.shape}")
+            raise ValueError(f"{name} must have shape `({self.num_envs},)`, got {mask.shape}")
         if mask.dtype != np.bool_:
-            raise TypeError(f"{name} must have dtype bool, got {mask.dtype}")
+            raise TypeError(f"{name} must have `dtype=np.bool_`, got {mask.dtype}")
         if not mask.any():
-            raise ValueError(f"{name} must select at least one env, got {mask!r}")
+            raise ValueError(f"{name} must contain a boolean array with at least one True value, got reset_mask={mask}")
         return mask.copy()
 
     def _validate_actions(self, actions: Any) -> np.ndarray:
@@ -753,6 +823,17 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             self._last_action,
             out=self._obs,
         )
+
+    def _observation(self) -> Any:  # np.ndarray, or dict[str, np.ndarray] with privileged_obs
+        """A copy of the current observation: (N, 48), or ``{"policy": (N, 48), "critic": (N, 68)}`` with
+        ``privileged_obs`` (the critic columns written now, from the current state)."""
+        if self._critic_obs is None:
+            return self._obs.copy()
+        s = self._state
+        task.critic_observation(
+            self._obs, self.parameters, s.base_pos[:, 2], s.foot_contact, self._feet_air_time, out=self._critic_obs
+        )
+        return {"policy": self._obs.copy(), "critic": self._critic_obs.copy()}
 
     def _reset_info(self, mask: np.ndarray) -> dict[str, Any]:
         parameters: dict[str, Any] = {}

@@ -142,7 +142,9 @@ def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
 
     Args:
         model: a SAC, TD3, DDPG, PPO or A2C model (``MlpPolicy``, flat ``(48,)`` Box observations,
-            ``(12,)`` Box actions).
+            ``(12,)`` Box actions), or a SAC / PPO / A2C model with ``AsymmetricSACPolicy`` /
+            ``AsymmetricActorCriticPolicy`` (``Dict`` observations): its actor alone, on the 48-value
+            ``"policy"`` observation (the critic and its privileged inputs are left out).
         vecnormalize: the ``VecNormalize`` the model was trained with, the path of its saved statistics,
             or ``None``. Its statistics are folded in (read, never updated).
 
@@ -165,6 +167,9 @@ def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
     if not isinstance(model, BaseAlgorithm):
         raise ValueError(f"model must be a SAC, TD3, DDPG, PPO or A2C model (SB3); got {type(model).__name__}")
     obs_space, act_space = getattr(policy, "observation_space", None), getattr(policy, "action_space", None)
+    actor_key = getattr(policy, "actor_key", None)  # an asymmetric policy: the actor reads obs[actor_key] alone
+    if isinstance(obs_space, spaces.Dict) and actor_key in obs_space.spaces:
+        obs_space = obs_space.spaces[actor_key]
     if not (isinstance(obs_space, spaces.Box) and obs_space.shape == (OBS_DIM,)):
         raise ValueError(f"model must be an SB3 model with ({OBS_DIM},) Box observations; got {type(model).__name__}")
     if not (isinstance(act_space, spaces.Box) and act_space.shape == (ACT_DIM,)):
@@ -180,12 +185,19 @@ def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
         layers = [policy.mlp_extractor.policy_net, policy.action_net, *([nn.Tanh()] if policy.squash_output else [])]
     else:
         raise ValueError(f"model must be SAC, TD3, DDPG, PPO or A2C; got {type(model).__name__}")
-    if not isinstance(extractor, FlattenExtractor):
-        raise ValueError(f"only MlpPolicy (FlattenExtractor) is supported; got {type(extractor).__name__}")
+    if not isinstance(extractor, FlattenExtractor) and not (
+        actor_key is not None and getattr(extractor, "key", None) == actor_key
+    ):
+        raise ValueError(
+            "only MlpPolicy (FlattenExtractor) and the asymmetric policies (KeyExtractor) are supported; "
+            f"got {type(extractor).__name__}"
+        )
     stats = load_vecnormalize(vecnormalize)
     norm = {}
-    if stats is not None and getattr(stats, "norm_obs", True):
-        rms = stats.obs_rms
+    rms = getattr(stats, "obs_rms", None)
+    if isinstance(rms, dict):  # VecNormalize over a Dict observation: the actor key's statistics, if it has them
+        rms = rms.get(actor_key)
+    if stats is not None and getattr(stats, "norm_obs", True) and rms is not None:
         norm = {"obs_mean": rms.mean, "obs_var": rms.var, "epsilon": stats.epsilon, "clip_obs": stats.clip_obs}
     net = PolicyNet(
         nn.Sequential(*_flat(copy.deepcopy(nn.Sequential(*layers)).cpu().float())),

@@ -219,8 +219,13 @@ def _net_and_reference(model: Any, vecnormalize: Any) -> tuple[PolicyNet, Any]:
     stats = load_vecnormalize(vecnormalize)
     net = policy_net(model, stats)
 
+    space, key = model.observation_space, getattr(model.policy, "actor_key", None)
+
     def reference(obs: np.ndarray) -> np.ndarray:
-        normalized = stats.normalize_obs(obs) if stats is not None else obs
+        full: Any = obs
+        if key is not None and isinstance(space, gym.spaces.Dict):  # an asymmetric policy: the actor's key alone
+            full = {k: obs if k == key else np.zeros((len(obs), *(s.shape or ())), s.dtype) for k, s in space.items()}
+        normalized = stats.normalize_obs(full) if stats is not None else full
         return model.predict(normalized, deterministic=True)[0]
 
     return net, reference

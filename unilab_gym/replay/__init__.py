@@ -1,8 +1,9 @@
-"""Framework-neutral shared-memory replay: a packed float32 ring written by collectors
-(any process) and sampled by the learner.
+"""Framework-neutral shared-memory replay: a packed ring of rows written by collectors
+(any process) and sampled by the learner (and by read-only readers).
 
-- :class:`ReplayLayout`: the column layout (obs | next_obs | action | reward | terminated |
-  truncated | extras).
+- :class:`ReplayLayout`: the byte layout, a dtype and offset per field (obs | next_obs | action |
+  reward | terminated | truncated | extras), optionally memory-optimized.
+- :mod:`unilab_gym.replay.status`: transition statuses and status-weighted sampling.
 - :class:`ReplayStorage`: the ring in POSIX shared memory (create / attach by
   :class:`ReplayHandle` / add / sample / close).
 - :func:`~unilab_gym.replay.integrity.data_checksum`: the checksum saved replay state carries.

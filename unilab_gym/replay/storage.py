@@ -1,8 +1,18 @@
-"""The shared replay ring: one packed float32 block in POSIX shared memory.
+"""The shared replay ring: one packed block of rows in POSIX shared memory.
 
 Segment layout (one segment per storage)::
 
-    [ header: 144 int64 (1152 bytes) | block: capacity x layout.width float32, C order | layout record ]
+    [ header: 144 int64 (1152 bytes) | block: capacity x layout.row_nbytes bytes, C order | layout record ]
+
+Each row holds every field of one transition at its byte offset, in its own dtype
+(:class:`~unilab_gym.replay.layout.ReplayLayout`); an all-float32 layout is a
+``(capacity, width)`` float32 array. A memory-optimized layout (``final_obs > 0``) stores each
+observation once and keeps a side table of ``final_obs`` next observations after the block:
+each writer links a row to its successor (the same stream's next row) under the lock once that
+successor is committed, and :meth:`ReplayStorage.sample_fields` assembles next observations and
+never returns a row whose next observation is unknown, overwritten or torn (see the layout's
+docstring). ``ReplayStorage.attach(handle, read_only=True)`` maps the segment read-only for
+samplers (several learners on one replay).
 
 The layout record (JSON: capacity and :attr:`ReplayLayout.fields`, a few hundred bytes) lets
 :meth:`ReplayStorage.attach` check the whole layout, not just the row width.
@@ -75,6 +85,7 @@ import numpy as np
 
 from unilab_gym.replay.integrity import data_checksum, verify_checksum
 from unilab_gym.replay.layout import ReplayLayout
+from unilab_gym.replay.status import status_of
 from unilab_gym.shm import DEFAULT_PREFIX, Segment, SegmentNotFoundError
 from unilab_gym.validation import check_int, check_positive_int, check_real, check_real_array
 
@@ -93,7 +104,7 @@ _MAGIC_VALUE = 0x554E494C41425250  # "UNILABRP"
 _VERSION_VALUE = 2  # 2: owner pid and layout record
 _STATE_VERSION = 2  # of to_state(): 2 carries a checksum
 _MAGIC, _VERSION, _CAPACITY, _WIDTH, _HEAD, _COMMITTED, _GENERATION, _CLOSED = range(8)
-_OWNER_PID, _OWNER_PIDNS, _RECORD_BYTES = range(8, 11)
+_OWNER_PID, _OWNER_PIDNS, _RECORD_BYTES, _FINAL_HEAD = range(8, 12)
 _PREAMBLE = 16
 MAX_SLOTS = 32  #: reservations that may be in flight at once (writers x threads)
 _FREE, _WRITING, _ABORTED = 0, 1, 2
@@ -176,7 +187,10 @@ def _pid_namespace() -> int:
 def _layout_record(layout: ReplayLayout, capacity: int) -> bytes:
     """The JSON record of ``capacity`` and ``layout.fields`` stored at the end of the segment."""
     fields = [[name, list(shape), dtype] for name, shape, dtype in layout.fields]
-    return json.dumps({"capacity": capacity, "fields": fields}, separators=(",", ":")).encode()
+    record: dict[str, Any] = {"capacity": capacity, "fields": fields}
+    if layout.final_obs:
+        record["final_obs"] = layout.final_obs
+    return json.dumps(record, separators=(",", ":")).encode()
 
 
 def _describe(field: Any) -> str:
@@ -200,6 +214,8 @@ def _layout_mismatch(record: Mapping[str, Any], layout: ReplayLayout, capacity: 
             parts = zip(("name", "shape", "dtype"), got or [None] * 3, want or [None] * 3)
             what = next((part for part, a, b in parts if a != b), "entry")
             return f"field {i} {what}: the segment has {_describe(got)}, the handle {_describe(want)}"
+    if record.get("final_obs", 0) != layout.final_obs:
+        return f"final_obs: the segment has {record.get('final_obs', 0)!r} side entries, the handle {layout.final_obs}"
     if record.get("capacity") != capacity:
         return f"capacity: the segment has {record.get('capacity')!r} rows, the handle {capacity}"
     return None
@@ -230,10 +246,10 @@ def _checked_state(state: Any) -> tuple[ReplayLayout, int, int, int, np.ndarray,
     if committed > head:
         raise ValueError(f"{what} is inconsistent: committed = {committed} > head = {head} (rows ever reserved)")
     rows, holes = state["rows"], state["holes"]
-    shape = (min(head, capacity), layout.width)
-    if not isinstance(rows, np.ndarray) or rows.dtype != np.float32 or rows.shape != shape:
+    shape, word = (min(head, capacity), layout.width), layout.word_dtype
+    if not isinstance(rows, np.ndarray) or rows.dtype != word or rows.shape != shape:
         got = f"{rows.dtype} {rows.shape}" if isinstance(rows, np.ndarray) else type(rows).__name__
-        raise ValueError(f"{what}: rows must be a float32 array of shape {shape} (head {head}), got {got}")
+        raise ValueError(f"{what}: rows must be a {word} array of shape {shape} (head {head}), got {got}")
     if not isinstance(holes, np.ndarray) or holes.dtype != np.int64 or holes.ndim != 2 or holes.shape[1] != 2:
         got = f"{holes.dtype} {holes.shape}" if isinstance(holes, np.ndarray) else type(holes).__name__
         raise ValueError(f"{what}: holes must be an int64 array of shape (k, 2), got {got}")
@@ -243,17 +259,25 @@ def _checked_state(state: Any) -> tuple[ReplayLayout, int, int, int, np.ndarray,
     if bad.any():
         lo, hi = holes[bad][0]
         raise ValueError(f"{what}: hole [{lo}, {hi}) is not a range 0 <= start < stop <= head = {head}")
-    verify_checksum(what, state.get("checksum"), layout.fields, capacity, head, committed, holes, rows)
+    parts: list[Any] = [layout.fields, capacity, head, committed, holes, rows]
+    if layout.final_obs:
+        side, final_head = state.get("side"), state.get("final_head")
+        if not isinstance(side, np.ndarray) or side.dtype != np.uint8 or side.shape != (layout.side_nbytes,):
+            raise ValueError(f"{what}: side must be a uint8 array of {layout.side_nbytes} bytes (optimized layout)")
+        parts += [side, check_int(f"{what} final_head", final_head, minimum=0)]
+    verify_checksum(what, state.get("checksum"), *parts)
     return layout, capacity, head, committed, holes, rows
 
 
-def _as_rows(name: str, value: Any, n: int, dim: int) -> np.ndarray:
-    """Validate a ``(n, dim)`` real-valued array (``(n,)`` accepted when ``dim == 1``)."""
+def _as_rows(name: str, value: Any, n: int, dim: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """Validate a ``(n, dim)`` real-valued array (``(n,)`` accepted when ``dim == 1``, and
+    ``(n, *shape)`` when the field has that shape); returned as ``(n, dim)``."""
     arr = check_real_array(name, value)
     if arr.shape != (n, dim):
-        if dim == 1 and arr.shape == (n,):
-            return arr.reshape(n, 1)
-        raise ValueError(f"{name} must have shape ({n}, {dim}), got {arr.shape}")
+        if (dim == 1 and arr.shape == (n,)) or (shape is not None and arr.shape == (n, *shape)):
+            return arr.reshape(n, dim)
+        want = f"({n}, {dim})" if shape is None or shape == (dim,) else f"({n}, {dim}) or {(n, *shape)}"
+        raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
     return arr
 
 
@@ -352,7 +376,8 @@ class ReplayStorage:
         if not isinstance(layout, ReplayLayout):
             raise ValueError(f"layout must be a ReplayLayout, got {type(layout).__name__}")
         record = _layout_record(layout, capacity)
-        segment = Segment.create(_HEADER_BYTES + 4 * capacity * layout.width + len(record), prefix=prefix)
+        size = _HEADER_BYTES + capacity * layout.row_nbytes + layout.side_nbytes + len(record)
+        segment = Segment.create(size, prefix=prefix)
         try:
             segment.buf[segment.size - len(record) :] = record
             header = np.frombuffer(segment.buf, dtype=np.int64, count=_HEADER_INTS)
@@ -365,14 +390,22 @@ class ReplayStorage:
             segment.close()
             raise
         self._setup(segment, layout, capacity)
+        if self._side is not None:
+            self._side["tag"][:] = -1
 
     @classmethod
-    def attach(cls, handle: ReplayHandle) -> ReplayStorage:
+    def attach(cls, handle: ReplayHandle, *, read_only: bool = False) -> ReplayStorage:
         """Map the storage behind ``handle`` (zero copy) as a non-owner.
 
         The attacher may add and sample; it never unlinks the segment, and is not registered
         with a resource tracker (cpython #82300). It checks every 64th add / reserve / sample
         (and at once) that the owner process is alive and the name still resolves to the segment.
+
+        With ``read_only=True`` the segment is opened and mapped read-only: the attacher may
+        sample (several learners on one replay), and every write (``add``, ``reserve``,
+        ``commit``, ``abort``, ``reset``, ``fill``) raises ``PermissionError``. It takes the
+        header lock only to read; killed (even by SIGKILL), it leaves nothing behind: the kernel
+        drops its ``flock`` and mapping, and the segment stays its owner's.
 
         :raises SegmentNotFoundError: if the segment does not exist (closed or never created).
         :raises ReplayClosedError: if its owner has closed it.
@@ -383,7 +416,7 @@ class ReplayStorage:
         """
         if not isinstance(handle, ReplayHandle):
             raise ValueError(f"attach needs a ReplayHandle, got {type(handle).__name__}")
-        segment = Segment.attach(handle.name)
+        segment = Segment.attach(handle.name, read_only=read_only)
         try:
             prefix = f"shared replay segment {handle.name!r} does not match its handle"
             if segment.size < _HEADER_BYTES:
@@ -405,7 +438,7 @@ class ReplayStorage:
             mismatch = _layout_mismatch(record, handle.layout, handle.capacity)
             if mismatch is not None:
                 raise ValueError(f"{prefix}: {mismatch}")
-            expected = _HEADER_BYTES + 4 * handle.capacity * handle.layout.width + nrecord
+            expected = _HEADER_BYTES + handle.capacity * handle.layout.row_nbytes + handle.layout.side_nbytes + nrecord
             if segment.size != expected:
                 raise ValueError(f"{prefix}: it has {segment.size} bytes, its layout needs {expected}")
             if closed:
@@ -424,6 +457,7 @@ class ReplayStorage:
 
     def _setup(self, segment: Segment, layout: ReplayLayout, capacity: int) -> None:
         self._segment = segment
+        self._read_only = segment.buf.readonly
         self._layout = layout
         self._capacity = capacity
         self._handle = ReplayHandle(segment.name, layout, capacity)
@@ -438,18 +472,44 @@ class ReplayStorage:
             else None
         )
         self._block = np.frombuffer(
-            segment.buf, dtype=np.float32, count=capacity * layout.width, offset=_HEADER_BYTES
+            segment.buf, dtype=layout.word_dtype, count=capacity * layout.width, offset=_HEADER_BYTES
         ).reshape(capacity, layout.width)
         self._pid = os.getpid()
+        self._side: np.ndarray | None = None
+        if layout.final_obs:  # memory-optimized layout: the side table of next observations
+            offset = _HEADER_BYTES + capacity * layout.row_nbytes
+            self._side = np.frombuffer(segment.buf, dtype=layout.side_dtype, count=layout.final_obs, offset=offset)
+            # per writer: its rows waiting for a successor, by stream id (see _pending_rows)
+            self._pending: dict[str, np.ndarray] = {}
         self._owner_pid = int(self._header[_OWNER_PID])
         self._owner_pid_visible = int(self._header[_OWNER_PIDNS]) == _pid_namespace()
         # attachers check the owner at their first add / sample, then every _OWNER_CHECK_EVERY
         self._owner_countdown = 2**62 if segment.owner else 1
         self._lock = _SegmentLock(segment)
-        L, block = layout, self._block
-        # per-column views of the whole block: a write is then one slice + one copy per column
-        self._cols = tuple(
-            block[:, c] for c in (L.obs, L.next_obs, L.action, L.reward, L.terminated, L.truncated, L.extra_columns)
+        # per-field views of the whole block (flattened to (capacity, size) / (capacity,)): a write is
+        # then one slice + one copy per field
+        records = self._block.view(layout.dtype)[:, 0]
+        self._fields = {name: records[name] for name, _, _ in layout.fields}
+        scalars = ("reward", "terminated", "truncated")
+        self._writes = {
+            name: view if name in scalars else view.reshape(capacity, -1) for name, view in self._fields.items()
+        }
+        obs_names = [layout.obs_field(k) for k, _, _ in layout.obs_spec]
+        next_names = [layout.obs_field(k, next_obs=True) for k, _, _ in layout.obs_spec]
+        extras = None
+        if layout.extras:  # the extra groups are contiguous float32 columns
+            start = layout.offset(layout.extras[0][0])
+            raw = self._block.view(np.uint8)[:, start : start + 4 * layout.extra_dim]
+            extras = raw.view(np.float32)
+        w = self._writes
+        self._cols = (
+            w[obs_names[0]] if len(obs_names) == 1 else None,
+            w[next_names[0]] if len(next_names) == 1 and next_names[0] in w else None,
+            w["action"],
+            w["reward"],
+            w["terminated"],
+            w["truncated"],
+            extras,
         )
 
     # ---- properties -----------------------------------------------------------------------
@@ -484,13 +544,40 @@ class ReplayStorage:
         return self._segment.closed
 
     @property
+    def read_only(self) -> bool:
+        """Whether this object was attached with ``read_only=True`` (it may only sample)."""
+        return self._read_only
+
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise PermissionError(
+                f"replay {self.name!r} is attached read-only: it may sample, not write; attach with "
+                "read_only=False to add transitions"
+            )
+
+    @property
     def nbytes(self) -> int:
         """Bytes of shared memory: 1152-byte header + ``capacity * layout.width * 4`` + layout record."""
         return self._segment.size
 
+    def field(self, name: str) -> np.ndarray:
+        """Zero-copy view of one field of every row: ``(capacity, *shape)`` in the field's dtype.
+
+        Row ``seq % capacity`` holds transition ``seq``. For reading and debugging (rows may be
+        mid-write; use :meth:`sample` for consistent rows), and for SB3's public storage arrays.
+
+        Raises:
+            KeyError: if the layout has no field ``name`` (see :attr:`ReplayLayout.fields`).
+        """
+        self._check_open()
+        if name not in self._fields:
+            raise KeyError(f"no field {name!r}; layout has {list(self._fields)}")
+        return self._fields[name]
+
     @property
     def block(self) -> np.ndarray:
-        """The packed block itself, ``(capacity, width)`` float32, a zero-copy view.
+        """The packed block itself, ``(capacity, width)`` of :attr:`ReplayLayout.word_dtype`
+        (float32 for an all-float32 layout, else bytes), a zero-copy view.
 
         For reading and debugging: rows may be mid-write; use :meth:`sample` / :meth:`gather`
         for consistent rows. Drop every view before :meth:`close` so the mapping can be freed.
@@ -567,6 +654,7 @@ class ReplayStorage:
         :raises ReplayClosedError: if this object or the segment's owner has closed it.
         :raises ReplayOwnerGoneError: (attachers) if the owner process is gone.
         """
+        self._check_writable()
         n = check_positive_int("number of rows to reserve", n)
         timeout = check_real("timeout", timeout, minimum=0.0)
         if n > self._capacity:
@@ -664,6 +752,7 @@ class ReplayStorage:
 
         :raises RuntimeError: if ``res`` is not in flight any more.
         """
+        self._check_writable()
         with self._lock:
             self._check_in_flight(res)
             self._h[_STATE + res.slot] = _FREE
@@ -674,6 +763,7 @@ class ReplayStorage:
 
         :raises RuntimeError: if ``res`` is not in flight any more.
         """
+        self._check_writable()
         with self._lock:
             self._check_in_flight(res)
             self._h[_STATE + res.slot] = _ABORTED
@@ -690,13 +780,15 @@ class ReplayStorage:
         *,
         timeout: float = 10.0,
         validate: bool = True,
+        streams: Any = None,
     ) -> int:
         """Append ``n`` transitions: validate, reserve, write, commit.
 
-        :param obs: ``(n, obs_dim)`` real numbers (cast to float32).
-        :param next_obs: ``(n, obs_dim)``: the observation after the action; at an episode end
+        :param obs: ``(n, obs_dim)`` or ``(n, *shape)`` real numbers (cast to the field's dtype);
+            for a Dict observation, a mapping ``{key: (n, *shape of the key)}`` with every key.
+        :param next_obs: same as ``obs``: the observation after the action; at an episode end
             the last observation of the episode (not the reset one).
-        :param action: ``(n, act_dim)`` (or ``(n,)`` if ``act_dim == 1``).
+        :param action: ``(n, act_dim)`` or ``(n, *shape)`` (or ``(n,)`` if ``act_dim == 1``).
         :param reward: ``(n,)``.
         :param terminated: ``(n,)`` bool/0-1: true terminal state, cuts the bootstrap.
         :param truncated: ``(n,)`` bool/0-1: episode cut here (time limit), bootstrap kept.
@@ -705,7 +797,12 @@ class ReplayStorage:
         :param timeout: see :meth:`reserve`.
         :param validate: ``False`` skips the shape and dtype checks, for callers that made them
             already (numpy arrays of exactly the shapes above, ``extra=None``). Bad input then
-            fails inside the write; its rows are abandoned, never sampled.
+            fails inside the write; its rows are abandoned, never sampled. Ignored (always
+            checked) for Dict and memory-optimized layouts.
+        :param streams: memory-optimized layouts only: ``(n,)`` int ids of the env each row comes
+            from, unique within the call (default ``0..n-1``). The row of stream ``s`` becomes the
+            successor of this writer's previous row of stream ``s``: its ``obs`` is that row's
+            next observation, if equal (else that next observation goes to the side table).
         :return: sequence number of the first row (rows are ``seq % capacity``).
         :raises ValueError: on a wrong shape or dtype (nothing is written), or
             ``n > capacity``.
@@ -714,7 +811,8 @@ class ReplayStorage:
             is gone: the rows would never be read.
         """
         self._lock.check()
-        if not validate:
+        self._check_writable()
+        if not validate and self._cols[0] is not None and self._side is None:
             c = self._cols
             cols = [
                 (c[0], obs),
@@ -727,16 +825,19 @@ class ReplayStorage:
             if self._layout.extras:
                 cols.append((c[6], 0.0))
             return self._append(cols, len(obs), timeout)
-        L = self._layout
-        obs_arr = obs if type(obs) is np.ndarray else np.asarray(obs)
-        if obs_arr.ndim != 2:
-            raise ValueError(f"obs must have shape (n, {L.obs_dim}), got {obs_arr.shape}")
-        n = obs_arr.shape[0]
-        c_obs, c_next, c_act, c_rew, c_term, c_trunc, c_extra = self._cols
-        cols = [
-            (c_obs, _as_rows("obs", obs_arr, n, L.obs_dim)),
-            (c_next, _as_rows("next_obs", next_obs, n, L.obs_dim)),
-            (c_act, _as_rows("action", action, n, L.act_dim)),
+        L, w = self._layout, self._writes
+        c_act, c_rew, c_term, c_trunc, c_extra = self._cols[2:]
+        n = self._batch_size(obs)
+        obs_cols, next_cols = self._obs_cols("obs", obs, n), self._obs_cols("next_obs", next_obs, n)
+        links = None
+        if self._side is not None:
+            links = self._links(obs_cols, next_cols, terminated, truncated, streams, n)
+            next_cols = []
+        elif streams is not None:
+            raise ValueError("streams is for memory-optimized layouts (final_obs > 0) only")
+        cols = [*obs_cols, *next_cols] + ([(w["next"], 0.0)] if links is not None else [])
+        cols += [
+            (c_act, _as_rows("action", action, n, L.act_dim, L.act_spec[0])),
             (c_rew, _as_column("reward", reward, n)),
             (c_term, _as_column("terminated", terminated, n)),
             (c_trunc, _as_column("truncated", truncated, n)),
@@ -749,13 +850,42 @@ class ReplayStorage:
                 if set(extra) != set(names):
                     raise ValueError(f"extra must have exactly the groups {names}, got {sorted(extra)}")
                 for name, dim in L.extras:
-                    view = self._block[:, L.extra(name)]
-                    cols.append((view, _as_rows(f"extra[{name!r}]", extra[name], n, dim)))
+                    cols.append((w[name], _as_rows(f"extra[{name!r}]", extra[name], n, dim)))
             else:
                 cols.append((c_extra, _as_rows("extra", extra, n, L.extra_dim)))
         elif extra is not None:
             raise ValueError("extra given, but the layout has no extra columns")
-        return self._append(cols, n, timeout)
+        return self._append(cols, n, timeout, links)
+
+    def _batch_size(self, obs: Any) -> int:
+        """``n`` of an ``add``: the leading size of ``obs`` (of its first key for a Dict layout)."""
+        L = self._layout
+        if L.is_dict:
+            if not isinstance(obs, Mapping):
+                raise ValueError(f"obs must be a mapping {{key: array}} for this Dict layout, got {type(obs).__name__}")
+            obs = obs.get(L.obs_spec[0][0])
+        arr = obs if type(obs) is np.ndarray else np.asarray(obs)
+        if arr.ndim < 2 and not (arr.ndim == 1 and L.obs_dim == 1):
+            raise ValueError(f"obs must have shape (n, {L.obs_dim}), got {arr.shape}")
+        return arr.shape[0]
+
+    def _obs_cols(self, base: str, value: Any, n: int) -> list[tuple[Any, np.ndarray]]:
+        """Validated ``(write view, (n, size) array)`` pairs of the observation fields ``base``
+        (``(obs field name, array)`` for ``next_obs`` of an optimized layout: it has no row field)."""
+        L = self._layout
+        if not L.is_dict:
+            _, shape, _ = L.obs_spec[0]
+            return [(self._writes.get(base, "obs"), _as_rows(base, value, n, L.obs_dim, shape))]
+        keys = [k for k, _, _ in L.obs_spec]
+        if not isinstance(value, Mapping) or set(value) != set(keys):
+            got = sorted(value) if isinstance(value, Mapping) else type(value).__name__
+            raise ValueError(f"{base} must be a mapping with exactly the keys {keys}, got {got}")
+        out = []
+        for key, shape, _ in L.obs_spec:
+            name = f"{base}.{key}"
+            arr = _as_rows(f"{base}[{key!r}]", value[key], n, int(np.prod(shape)), shape)
+            out.append((self._writes.get(name, f"obs.{key}"), arr))
+        return out
 
     def _write(self, res: Reservation, cols: list[tuple[np.ndarray, Any]]) -> None:
         n = res.n
@@ -764,8 +894,90 @@ class ReplayStorage:
             for view, src in cols:
                 view[r0:r1] = src if whole or isinstance(src, float) else src[s0:s1]
 
-    def _append(self, cols: list[tuple[Any, Any]], n: int, timeout: float) -> int:
-        """Reserve, write ``cols`` (``[(column view of the block, (n, ...) array or 0.0)]``), commit."""
+    def _links(
+        self, obs_cols: list[Any], next_cols: list[Any], terminated: Any, truncated: Any, streams: Any, n: int
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Optimized layouts: what :meth:`_link` needs, validated before anything is written."""
+        L = self._layout
+        names = [L.obs_field(k) for k, _, _ in L.obs_spec]
+        dtypes = {L.obs_field(k): np.dtype(dt) for k, _, dt in L.obs_spec}
+        obs = {name: np.asarray(arr, dtypes[name]) for name, (_, arr) in zip(names, obs_cols)}
+        nxt = {name: np.asarray(arr, dtypes[name]) for name, (_, arr) in zip(names, next_cols)}
+        done = (_as_column("terminated", terminated, n) != 0) | (_as_column("truncated", truncated, n) != 0)
+        if streams is None:
+            ids = np.arange(n, dtype=np.int64)
+        else:
+            ids = np.asarray(streams)
+            if ids.shape != (n,) or ids.dtype.kind not in "iu" or (n and ids.min() < 0):
+                raise ValueError(f"streams must be ({n},) integers >= 0, got {ids.dtype} {ids.shape}")
+            ids = ids.astype(np.int64)
+            if np.unique(ids).shape[0] != n:
+                raise ValueError(f"streams must be unique within one add, got {ids.tolist()}")
+        return ids, done, obs, nxt
+
+    def _put_side(self, seqs: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
+        """Under the lock: store the next observations ``values[name][i]`` of rows ``seqs[i]`` in
+        the next side entries (if more than the table holds, only the newest are kept)."""
+        side, h, F = self._side, self._h, self._layout.final_obs
+        assert side is not None
+        m = int(seqs.shape[0])
+        if m == 0:
+            return
+        k0 = h[_FINAL_HEAD]
+        h[_FINAL_HEAD] = k0 + m
+        keep = slice(max(0, m - F), m)  # older ones would be overwritten at once: their rows stay unsampled
+        slots = (k0 + np.arange(m, dtype=np.int64)[keep]) % F
+        side["tag"][slots] = -1  # readers re-check the tag after copying: a torn entry is rejected
+        for name, value in values.items():
+            side[name][slots] = value[keep].reshape(-1, *side[name].shape[1:])
+        side["tag"][slots] = seqs[keep]
+        self._fields["next"][seqs[keep] % self._capacity] = -(slots + 1)
+
+    def _link(self, start: int, links: tuple[np.ndarray, np.ndarray, dict[str, Any], dict[str, Any]]) -> None:
+        """Under the lock, after rows ``[start, start + n)`` are written: point each stream's
+        previous row at its successor (or at a side entry), and keep this add's rows pending."""
+        ids, done, obs, nxt = links
+        h, cap = self._h, self._capacity
+        generation, oldest = h[_GENERATION], h[_HEAD] - cap
+        seqs = start + np.arange(ids.shape[0], dtype=np.int64)
+        pend = self._pending_rows(int(ids.max()) + 1)
+        p = pend["seq"][ids]
+        live = (p >= oldest) & (pend["generation"][ids] == generation) & (p >= 0)
+        same = live.copy()
+        for name, value in obs.items():
+            same &= (pend[name][ids] == value.reshape(value.shape[0], -1)).all(axis=1)
+        self._fields["next"][p[same] % cap] = (seqs - p)[same]
+        other = live & ~same  # not the successor's observation (e.g. a reset in between): keep it aside
+        if other.any():
+            self._put_side(p[other], {name: pend[name][ids[other]] for name in obs})
+        if done.any():
+            self._put_side(seqs[done], {name: value[done] for name, value in nxt.items()})
+        pend["seq"][ids] = np.where(done, -1, seqs)
+        pend["generation"][ids] = generation
+        for name, value in nxt.items():
+            pend[name][ids] = value.reshape(value.shape[0], -1)
+
+    def _pending_rows(self, streams: int) -> dict[str, np.ndarray]:
+        """This writer's rows waiting for a successor, by stream id: ``seq`` (-1: none),
+        ``generation``, and each observation field's next observation (grown on demand)."""
+        pend = self._pending
+        if pend and pend["seq"].shape[0] >= streams:
+            return pend
+        size = max(streams, 2 * pend["seq"].shape[0] if pend else 0)
+        grown: dict[str, np.ndarray] = {
+            "seq": np.full(size, -1, np.int64),
+            "generation": np.zeros(size, np.int64),
+        }
+        for key, shape, dt in self._layout.obs_spec:
+            grown[self._layout.obs_field(key)] = np.zeros((size, int(np.prod(shape))), dt)
+        for name, value in pend.items():
+            grown[name][: value.shape[0]] = value
+        self._pending = grown
+        return grown
+
+    def _append(self, cols: list[tuple[Any, Any]], n: int, timeout: float, links: Any = None) -> int:
+        """Reserve, write ``cols`` (``[(column view of the block, (n, ...) array or 0.0)]``), commit
+        (and, for an optimized layout, link the rows to their predecessors)."""
         if n == 0:
             return self.reserved
         if n > self._capacity:
@@ -791,6 +1003,8 @@ class ReplayStorage:
                         raise
                     h[_STATE + slot] = _FREE
                     h[_COMMITTED] += n
+                    if links is not None:
+                        self._link(start, links)
                     return start
             # a live writer holds rows we would overwrite: wait for it outside the lock
         res = self.reserve(n, timeout=timeout)
@@ -800,6 +1014,9 @@ class ReplayStorage:
             self.abort(res)
             raise
         self.commit(res)
+        if links is not None:
+            with self._lock:
+                self._link(res.start, links)
         return res.start
 
     # ---- reading -------------------------------------------------------------------------------
@@ -870,17 +1087,20 @@ class ReplayStorage:
         """Copy the rows of sequence numbers ``seq`` out of the block (one ``numpy.take``).
 
         :param seq: ``(B,)`` int sequence numbers (from :meth:`sample_indices`).
-        :param out: optional ``(B, width)`` float32 C-contiguous array to fill.
-        :return: ``(B, width)`` float32 rows (``out`` if given). Rows whose sequence number is
-            flagged by :meth:`overwritten` right after this call may be torn.
+        :param out: optional ``(B, width)`` C-contiguous array of :attr:`ReplayLayout.word_dtype`
+            to fill.
+        :return: ``(B, width)`` rows (``out`` if given; split them with
+            :meth:`ReplayLayout.unpack`). Rows whose sequence number is flagged by
+            :meth:`overwritten` right after this call may be torn.
         """
         self._check_open()
         rows = np.asarray(seq, dtype=np.int64) % self._capacity
         if out is None:
             return self._block.take(rows, axis=0)
-        if out.shape != (rows.shape[0], self._layout.width) or out.dtype != np.float32:
+        if out.shape != (rows.shape[0], self._layout.width) or out.dtype != self._block.dtype:
             raise ValueError(
-                f"out must be a ({rows.shape[0]}, {self._layout.width}) float32 array, got {out.shape} {out.dtype}"
+                f"out must be a ({rows.shape[0]}, {self._layout.width}) {self._block.dtype} array, "
+                f"got {out.shape} {out.dtype}"
             )
         # rows are in range by construction: mode="clip" skips numpy's buffered bounds check
         return np.take(self._block, rows, axis=0, out=out, mode="clip")
@@ -908,10 +1128,11 @@ class ReplayStorage:
 
         :param batch_size: ``B >= 1``.
         :param rng: seeded generator (``np.random.default_rng(seed)``).
-        :param out: optional ``(B, width)`` float32 array to gather into (e.g. the numpy view of
-            a torch tensor, see :class:`~unilab_gym.replay.torch_sampler.TorchSampler`).
-        :return: ``(seq, rows)``: ``(B,)`` int64 sequence numbers and ``(B, width)`` float32
-            rows; use :attr:`layout` slices to split the columns.
+        :param out: optional ``(B, width)`` array of :attr:`ReplayLayout.word_dtype` to gather
+            into (e.g. the numpy view of a torch tensor, see
+            :class:`~unilab_gym.replay.torch_sampler.TorchSampler`).
+        :return: ``(seq, rows)``: ``(B,)`` int64 sequence numbers and ``(B, width)`` rows; use
+            :attr:`layout` slices (float32 layouts) or :meth:`ReplayLayout.unpack` to split them.
         :raises ValueError: if ``batch_size < 1`` or nothing is committed yet.
         :raises ReplayOwnerGoneError: (attachers, checked every 64th sample) if the owner
             process is gone.
@@ -937,6 +1158,139 @@ class ReplayStorage:
             f"replay {self.name!r}: rows were overwritten during {_MAX_SAMPLE_ROUNDS} sampling rounds; "
             "the capacity is far too small for the write rate"
         )
+
+    def sample_fields(
+        self, batch_size: int, rng: np.random.Generator, *, status_weights: np.ndarray | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Sample complete transitions, split into fields; never returns a torn row.
+
+        Works for every layout. For a memory-optimized layout it also assembles each next
+        observation (from the successor row or the side table) and draws only rows whose next
+        observation is known: rows whose successor is not committed yet are redrawn.
+
+        Args:
+            batch_size: ``B >= 1``.
+            rng: seeded generator.
+            status_weights: ``None`` (uniform), or ``(3,)`` weights of the statuses normal,
+                terminated, truncated (:func:`~unilab_gym.replay.status.check_status_weights`):
+                each transition is drawn with probability proportional to its status's weight
+                (rejection sampling, :mod:`unilab_gym.replay.status`).
+
+        Returns:
+            ``(seq, fields)``: ``(B,)`` int64 sequence numbers and ``{field name: (B, *shape)}``
+            arrays in the fields' dtypes, with ``next_obs`` (``next_obs.<key>``) fields for every
+            layout.
+
+        Raises:
+            ValueError: if ``batch_size < 1`` or nothing is committed yet.
+            RuntimeError: after 100 rounds of redraws (no complete transition yet, or a ring far
+                too small for its write rate), or 1000 rounds of status rejections (the weighted
+                statuses are absent).
+        """
+        if status_weights is not None:
+            return self._sample_weighted(batch_size, rng, np.asarray(status_weights, np.float64))
+        if self._side is None:
+            seq, rows = self.sample(batch_size, rng)
+            return seq, self._layout.unpack(rows)
+        generation, seq = self._draw(batch_size, rng)
+        fields, check = self._transitions(seq)
+        for _ in range(_MAX_SAMPLE_ROUNDS):
+            bad = self._incomplete(seq, check, generation)
+            if not bad.any():
+                return seq, fields
+            generation, fresh = self._draw(int(bad.sum()), rng)
+            seq = seq.copy()
+            seq[bad] = fresh
+            again, check_again = self._transitions(fresh)
+            for name, value in again.items():
+                fields[name][bad] = value
+            for part, value in zip(check, check_again):
+                part[bad] = value
+        raise RuntimeError(
+            f"replay {self.name!r}: no complete transition in {_MAX_SAMPLE_ROUNDS} sampling rounds: the "
+            "successors of the drawn rows are not committed yet (add more steps), or the ring is far too small"
+        )
+
+    def _sample_weighted(
+        self, batch_size: int, rng: np.random.Generator, weights: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Rejection sampling: uniform draws, each kept with probability ``weights[status] / max``."""
+        accept = weights / weights.max()
+        seqs: list[np.ndarray] = []
+        parts: list[dict[str, np.ndarray]] = []
+        need = check_positive_int("batch_size", batch_size)
+        for _ in range(1000):
+            seq, fields = self.sample_fields(max(need, 2 * need), rng)
+            keep = rng.random(seq.shape[0]) < accept[status_of(fields["terminated"], fields["truncated"])]
+            keep &= np.cumsum(keep) <= need  # the first `need` accepted draws: i.i.d. from the target
+            seqs.append(seq[keep])
+            parts.append({name: value[keep] for name, value in fields.items()})
+            need -= int(keep.sum())
+            if need == 0:
+                return np.concatenate(seqs), {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        raise RuntimeError(
+            f"replay {self.name!r}: status_weights {weights.tolist()} rejected nearly every draw: the statuses "
+            "with weight > 0 are (almost) absent from the replay"
+        )
+
+    def gather_fields(self, seq: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The transitions ``seq`` split into fields (next observations included), and which are usable.
+
+        Args:
+            seq: ``(B,)`` int sequence numbers (e.g. from :meth:`seq_of_rows`).
+
+        Returns:
+            ``(fields, ok)``: as :meth:`sample_fields`, and a ``(B,)`` bool mask, False where a
+            transition was overwritten during the copy or (optimized layout) its next observation
+            is not known yet or was evicted from the side table.
+        """
+        seq = np.asarray(seq, dtype=np.int64)
+        with self._lock:
+            generation = self._h[_GENERATION]
+        if self._side is None:
+            fields = self._layout.unpack(self.gather(seq))
+            return fields, ~self.overwritten(seq, generation)
+        fields, check = self._transitions(seq)
+        return fields, ~self._incomplete(seq, check, generation)
+
+    def _transitions(self, seq: np.ndarray) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Optimized layouts: copy rows ``seq`` and their next observations, lock-free.
+
+        Returns the fields and ``(delta, slot, tag)``: the ``next`` values read, the side slots
+        and the side tags read before the copy, for :meth:`_incomplete`.
+        """
+        L, cap, side = self._layout, self._capacity, self._side
+        assert side is not None
+        fields = dict(L.unpack(self._block.take(seq % cap, axis=0)))
+        delta = fields.pop("next").astype(np.int64)
+        succ, aside = delta > 0, delta < 0
+        slot = np.where(aside, -delta - 1, 0)
+        tag = side["tag"][slot]
+        succ_rows = ((seq + delta) % cap)[succ]
+        for key, shape, dt in L.obs_spec:
+            name = L.obs_field(key)
+            out = np.zeros((seq.shape[0], *shape), dt)
+            out[succ] = self._fields[name][succ_rows]
+            out[aside] = side[name][slot[aside]]
+            fields[L.obs_field(key, next_obs=True)] = out
+        return fields, (delta, slot, tag)
+
+    def _incomplete(
+        self, seq: np.ndarray, check: tuple[np.ndarray, np.ndarray, np.ndarray], generation: int
+    ) -> np.ndarray:
+        """Optimized layouts, after :meth:`_transitions`: which of ``seq`` must not be used."""
+        delta, slot, tag = check
+        side = self._side
+        assert side is not None
+        with self._lock:
+            head, current = self._h[_HEAD], self._h[_GENERATION]
+            now = self._fields["next"][seq % self._capacity]
+            tag_now = side["tag"][slot]
+        if current != generation:
+            return np.ones(seq.shape, dtype=bool)
+        aside = delta < 0
+        bad = (seq < head - self._capacity) | (delta == 0) | (now != delta)
+        return bad | (aside & ((tag != seq) | (tag_now != seq)))
 
     def seq_of_rows(self, rows: Any) -> np.ndarray:
         """Sequence numbers of the committed transitions now stored in block rows ``rows``.
@@ -970,7 +1324,9 @@ class ReplayStorage:
         """Forget every transition (counters to 0). Attached writers may keep adding.
 
         :raises RuntimeError: if a live writer has rows in flight.
+        :raises PermissionError: if attached read-only.
         """
+        self._check_writable()
         with self._lock:
             for i in np.flatnonzero(self._state == _WRITING):
                 if _pid_alive(int(self._spid[i])):
@@ -982,6 +1338,30 @@ class ReplayStorage:
             self._header[_HEAD] = 0
             self._header[_COMMITTED] = 0
             self._header[_GENERATION] += 1
+            self._header[_FINAL_HEAD] = 0
+            if self._side is not None:
+                self._side["tag"][:] = -1
+
+    def fill(self) -> None:
+        """Declare every row of the ring committed, as SB3's ``buffer.full = True`` does.
+
+        Rows never written hold zeros (a new segment is zero-filled). The next add goes to
+        sequence number ``capacity`` (row 0). A ring that has wrapped already is left as is.
+
+        Raises:
+            RuntimeError: if a reservation is in flight or was abandoned (its rows must not
+                become valid).
+            PermissionError: if attached read-only.
+        """
+        self._check_writable()
+        with self._lock:
+            h = self._h
+            if h[_HEAD] >= self._capacity:
+                return
+            if self._state.tobytes() != _ALL_FREE:
+                raise RuntimeError(f"cannot fill replay {self.name!r}: reservations are in flight or abandoned")
+            h[_HEAD] = self._capacity
+            h[_COMMITTED] = self._capacity
 
     def to_state(self) -> dict[str, Any]:
         """A plain, picklable copy (no shared memory): layout, counters, holes, used rows, checksum.
@@ -997,6 +1377,12 @@ class ReplayStorage:
             busy = self._state != _FREE
             holes = np.stack([self._start[busy], self._stop[busy]], axis=1)
             rows = self._block[: min(head, self._capacity)].copy()
+            parts: list[Any] = [self._layout.fields, self._capacity, head, committed, holes, rows]
+            state: dict[str, Any] = {}
+            if self._side is not None:  # optimized layout: the side table of next observations too
+                state["side"] = self._side.view(np.uint8).copy()
+                state["final_head"] = int(self._header[_FINAL_HEAD])
+                parts += [state["side"], state["final_head"]]
         return {
             "version": _STATE_VERSION,
             "layout": self._layout,
@@ -1005,7 +1391,8 @@ class ReplayStorage:
             "committed": committed,
             "holes": holes,
             "rows": rows,
-            "checksum": data_checksum(self._layout.fields, self._capacity, head, committed, holes, rows),
+            **state,
+            "checksum": data_checksum(*parts),
         }
 
     @classmethod
@@ -1013,9 +1400,9 @@ class ReplayStorage:
         """Create a new owned storage holding a copy made by :meth:`to_state`.
 
         Everything is checked before the segment is created: the keys and version, the layout,
-        ``0 <= committed <= head``, ``rows`` a float32 array of shape
-        ``(min(head, capacity), layout.width)``, ``holes`` an int64 ``(k, 2)`` table of at most
-        32 ranges ``0 <= start < stop <= head``, and the checksum of all of it.
+        ``0 <= committed <= head``, ``rows`` an array of shape ``(min(head, capacity), layout.width)``
+        and dtype ``layout.word_dtype`` (and the side table of an optimized layout), ``holes`` an
+        int64 ``(k, 2)`` table of at most 32 ranges ``0 <= start < stop <= head``, and the checksum of all of it.
 
         :raises ValueError: if ``state`` is not such a copy, is inconsistent, or its checksum does
             not match (corrupted); the message names the first problem. Nothing is created.
@@ -1028,6 +1415,9 @@ class ReplayStorage:
                 self._state[i], self._start[i], self._stop[i], self._spid[i] = _ABORTED, lo, hi, 0
             self._header[_HEAD] = head
             self._header[_COMMITTED] = committed
+            if self._side is not None:
+                self._side.view(np.uint8)[:] = state["side"]
+                self._header[_FINAL_HEAD] = int(state["final_head"])
         except BaseException:
             self.close()
             raise
@@ -1048,6 +1438,8 @@ class ReplayStorage:
         # release our views of the mapping
         self._h.release()
         del self._h, self._header, self._state, self._start, self._stop, self._spid, self._block, self._cols
+        del self._fields, self._writes
+        self._side = None
         self._segment.close()
 
     def __enter__(self) -> ReplayStorage:

@@ -28,20 +28,27 @@ __all__ = ["TorchSampler"]
 
 
 class TorchSampler:
-    """Gather sampled replay rows into ``(B, width)`` float32 tensors on ``device``.
+    """Gather sampled replay rows into ``(B, width)`` tensors on ``device``.
 
     :param width: row width of the storages it will sample (``layout.width``).
     :param device: torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``).
     :param staging: gather into a host staging buffer then copy (pinned + ``non_blocking`` on
         CUDA). Default: ``True`` for CUDA devices, ``False`` otherwise.
-    :raises ValueError: if ``width < 1``.
+    :param dtype: column dtype of the storages (``layout.word_dtype``): float32 (default) or uint8.
+    :raises ValueError: if ``width < 1`` or ``dtype`` is neither.
     """
 
-    def __init__(self, width: int, device: Any = "cpu", *, staging: bool | None = None) -> None:
+    def __init__(
+        self, width: int, device: Any = "cpu", *, staging: bool | None = None, dtype: Any = np.float32
+    ) -> None:
         import torch
 
         self._torch = torch
         self.width = check_positive_int("width", width)
+        self.np_dtype = np.dtype(dtype)
+        if self.np_dtype not in (np.dtype(np.float32), np.dtype(np.uint8)):
+            raise ValueError(f"dtype must be float32 or uint8 (a layout's word_dtype), got {self.np_dtype}")
+        self._dtype = torch.float32 if self.np_dtype == np.float32 else torch.uint8
         self.device = torch.device(device)
         self.staging = self.device.type == "cuda" if staging is None else bool(staging)
         self._pin = self.staging and self.device.type == "cuda"
@@ -54,7 +61,7 @@ class TorchSampler:
         if ring is None:
             ring = []
             for _ in range(2):
-                host = torch.empty((batch_size, self.width), dtype=torch.float32, pin_memory=self._pin)
+                host = torch.empty((batch_size, self.width), dtype=self._dtype, pin_memory=self._pin)
                 event = torch.cuda.Event() if self.device.type == "cuda" else None
                 ring.append((host, host.numpy(), event))
             self._buffers[batch_size] = ring
@@ -75,15 +82,18 @@ class TorchSampler:
         """Draw ``batch_size`` committed transitions of ``storage`` onto :attr:`device`.
 
         :return: ``(seq, rows)``: ``(B,)`` int64 numpy sequence numbers and a fresh
-            ``(B, width)`` float32 tensor on :attr:`device` (split it with ``storage.layout``).
+            ``(B, width)`` tensor of :attr:`np_dtype` on :attr:`device` (split it with ``storage.layout``).
         :raises ValueError: as :meth:`ReplayStorage.sample` (empty replay, bad batch size), or
             if the storage's width differs from :attr:`width`.
         """
-        if storage.layout.width != self.width:
-            raise ValueError(f"storage rows have width {storage.layout.width}, this sampler expects {self.width}")
+        if storage.layout.width != self.width or storage.layout.word_dtype != self.np_dtype:
+            raise ValueError(
+                f"storage rows have width {storage.layout.width} ({storage.layout.word_dtype}), "
+                f"this sampler expects {self.width} ({self.np_dtype})"
+            )
         batch_size = check_positive_int("batch_size", batch_size)
         if not self.staging:
-            out = self._torch.empty((batch_size, self.width), dtype=self._torch.float32)
+            out = self._torch.empty((batch_size, self.width), dtype=self._dtype)
             seq, _ = storage.sample(batch_size, rng, out=out.numpy())
             return seq, out if self.device.type == "cpu" else out.to(self.device)
         host, host_np, event = self._staging_slot(batch_size)

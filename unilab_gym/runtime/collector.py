@@ -122,6 +122,28 @@ def make_vector_env(spec: CollectorSpec, autoreset_mode: str | None = None) -> A
     )
 
 
+def obs_tensor(obs: Any) -> Any:
+    """A batch of observations as float32 torch: one tensor, or a dict of them for a ``Dict`` observation
+    (``privileged_obs=True``), as SB3 feeds its policies."""
+    import torch
+
+    if isinstance(obs, dict):
+        return {k: torch.as_tensor(np.asarray(v, np.float32)) for k, v in obs.items()}
+    return torch.as_tensor(np.asarray(obs, np.float32))
+
+
+def obs_rows(obs: Any, index: Any) -> Any:
+    """``obs[index]`` of a batch of observations (of each key's array for a ``Dict`` observation)."""
+    return {k: v[index] for k, v in obs.items()} if isinstance(obs, dict) else obs[index]
+
+
+def obs_copy(obs: Any) -> Any:
+    """A float32 copy of a batch of observations (of each key's array for a ``Dict`` observation)."""
+    if isinstance(obs, dict):
+        return {k: np.array(v, np.float32, copy=True) for k, v in obs.items()}
+    return np.array(obs, np.float32, copy=True)
+
+
 def autoreset_mode_of(env: Any) -> str:
     """The env's autoreset mode as a string (``"NextStep"``, ``"SameStep"`` or ``"Disabled"``)."""
     mode = env.metadata.get("autoreset_mode", "NextStep")

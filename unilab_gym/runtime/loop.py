@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,6 +48,9 @@ class LearnerLoop(ABC):
 
     default_log_interval: int
     max_policy_lag: int
+    #: called on the learner's thread at every boundary between gradient steps (the runner's
+    #: :class:`~unilab_gym.control.controller.Controller` applies queued changes there), or ``None``.
+    boundary: Callable[[], None] | None = None
 
     def __init__(self, model: Any, policy: Any):
         if model in _DRIVEN:
@@ -86,6 +90,11 @@ class LearnerLoop(ABC):
     @abstractmethod
     def _run(self, pool: CollectorPool, metrics: RunnerMetrics, total: int, callback: Any, log_interval: int) -> None:
         """The family's ``learn()`` body (the collectors may not have started yet: call ``pool.start()``)."""
+
+    def at_boundary(self) -> None:
+        """Between gradient steps: run :attr:`boundary` (hyperparameter changes, snapshots, restores)."""
+        if self.boundary is not None:
+            self.boundary()
 
     def close(self) -> None:
         """Free what the loop owns and let another runner drive the model. Idempotent."""

@@ -145,6 +145,25 @@ METRICS: tuple[Metric, ...] = (
         "Episodes finished, by outcome (terminated or truncated).",
         ("collector", "outcome"),
     ),
+    Metric(
+        "unilab_collector_info",
+        "gauge",
+        "1 per collector, labelled with the node it runs on (backend='ray': the Ray node id, hex; processes: the "
+        "host name; empty before it reported). Join on collector to put the node on the per-collector figures.",
+        ("collector", "node"),
+    ),
+    Metric(
+        "unilab_ingest_transitions_per_second",
+        "gauge",
+        "Transitions the learner received into its replay / rollout storage per second (backend='ray': taken from "
+        "the object store), over the last >= 1 s.",
+    ),
+    Metric(
+        "unilab_object_store_bytes_in_flight",
+        "gauge",
+        "backend='ray': estimated bytes of collector results in the Ray object store on their way to the learner "
+        "(at most MAX_IN_FLIGHT stages per collector); 0 with processes.",
+    ),
 )
 
 
@@ -298,6 +317,9 @@ class RunnerMetrics:
                 *(((str(c), "terminated"), float(rows[c, TERMINATED])) for c in collectors),
                 *(((str(c), "truncated"), float(rows[c, TRUNCATED])) for c in collectors),
             ],
+            "unilab_collector_info": [((str(s.index), s.node_id), 1.0) for s in self._pool.status()],
+            "unilab_ingest_transitions_per_second": [((), float(self.env_steps_per_second.sum()))],
+            "unilab_object_store_bytes_in_flight": [((), float(getattr(self._pool, "bytes_in_flight", 0)))],
         }
         if self._replay_open():
             committed = self._committed()
@@ -338,7 +360,8 @@ class RunnerMetrics:
         ``policy_version``, ``policy_lag_mean``, ``policy_lag_max``, ``grad_steps``,
         ``grad_steps_per_s``, ``learner_<phase>_frac``, ``collector_restarts``,
         ``collector_errors``, ``seconds_since_progress/c<i>``, ``episodes_terminated``,
-        ``episodes_truncated``; off-policy also
+        ``episodes_truncated``, ``ingest_per_s`` (transitions the learner received per s),
+        ``object_store_bytes_in_flight`` (``backend="ray"``; else 0); off-policy also
         ``replay_size``, ``replay_committed``, ``replay_write_per_s``, ``replay_sample_per_s``,
         ``replay_ratio``.
         """
@@ -376,6 +399,8 @@ class RunnerMetrics:
             rec(f"unilab/seconds_since_progress/c{c}", float(age))
         rec("unilab/episodes_terminated", int(rows[:, TERMINATED].sum()))
         rec("unilab/episodes_truncated", int(rows[:, TRUNCATED].sum()))
+        rec("unilab/ingest_per_s", (now["transitions"] - prev["transitions"]) / dt)
+        rec("unilab/object_store_bytes_in_flight", int(getattr(self._pool, "bytes_in_flight", 0)))
         if self._replay_open():
             committed = self._committed()
             rec("unilab/replay_size", self._replay_size(committed))
@@ -385,6 +410,24 @@ class RunnerMetrics:
             collected = now["transitions"] - prev["transitions"]
             rec("unilab/replay_ratio", (self.gradient_steps - prev["grad"]) / collected if collected > 0 else 0.0)
         self._logged = now
+
+
+def prometheus_app(metrics: RunnerMetrics) -> Any:
+    """prometheus-client's ASGI app (``make_asgi_app``) over ``metrics``, to mount on another server.
+
+    The control server (:mod:`unilab_gym.control`) mounts it at ``/metrics`` when a runner has
+    both ``control_port`` and ``metrics_port``: one port per runner.
+
+    Raises:
+        ImportError: ``prometheus-client`` is not installed (``pip install "unilab-gym[metrics]"``).
+    """
+    try:
+        from prometheus_client import CollectorRegistry, make_asgi_app
+    except ImportError as exc:  # pragma: no cover - prometheus-client is in the test extra
+        raise ImportError('metrics_port needs prometheus-client: pip install "unilab-gym[metrics]"') from exc
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Exporter(metrics))
+    return make_asgi_app(registry)
 
 
 class MetricsServer:

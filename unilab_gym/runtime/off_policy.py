@@ -9,7 +9,8 @@ Pass ``replay_ratio=`` to set it directly. After ``learning_starts`` transitions
 runs ``floor((num_timesteps - learning_starts) * replay_ratio)`` gradient steps in total:
 
 - when the learner falls behind, collectors wait (backpressure): together they may not run more
-  than ``2 * num_collectors * envs_per_collector`` transitions ahead of the learner;
+  than ``2 * num_collectors * envs_per_collector`` transitions ahead of what the learner's next
+  gradient step needs (``1 / replay_ratio`` transitions a step);
 - when collectors fall behind, the learner waits for data instead of training more.
 
 **Policy lag** is the learner's published weight version minus the version a collector acts
@@ -31,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from unilab_gym.runtime.collector import Collector, autoreset_mode_of
+from unilab_gym.runtime.collector import Collector, autoreset_mode_of, obs_copy, obs_rows, obs_tensor
 from unilab_gym.runtime.control import STEP_CALLS, TRANSITIONS
 from unilab_gym.runtime.loop import LearnerLoop
 from unilab_gym.runtime.metrics import ReplayInfo
 from unilab_gym.runtime.normalization import NormalizationSpec
+from unilab_gym.runtime.rollout import put_obs
 from unilab_gym.validation import check_int, check_real
 
 if TYPE_CHECKING:
@@ -97,8 +99,7 @@ class ReplayWriter:
                     scaled = rng.uniform(-1.0, 1.0, (n, low.size))
                 else:
                     with torch.no_grad():
-                        seen = np.asarray(obs, np.float32) if norm is None else norm.normalize_obs(obs)
-                        obs_t = torch.as_tensor(seen)
+                        obs_t = obs_tensor(obs if norm is None else norm.normalize_obs(obs))
                         if self.algo == "sac":
                             scaled = actor(obs_t, deterministic=False).numpy().astype(np.float64)
                         else:
@@ -108,13 +109,21 @@ class ReplayWriter:
                 env_action = (low + 0.5 * (scaled + 1.0) * (high - low)).astype(space.dtype)
                 next_obs, reward, terminated, truncated, info = env.step(env_action)
                 keep = ~restarting
-                stored_next = np.array(next_obs, np.float32, copy=True)
+                stored_next = obs_copy(next_obs)
                 if same_step and "final_obs" in info:
                     for i in np.flatnonzero(info["_final_obs"]):
-                        stored_next[i] = info["final_obs"][i]
+                        put_obs(stored_next, i, info["final_obs"][i])
                 if keep.any():
+                    # memory-optimized replays link each env's rows: tell it which envs these are
+                    streams = np.flatnonzero(keep) if storage.layout.final_obs else None
                     storage.add(
-                        obs[keep], stored_next[keep], scaled[keep], reward[keep], terminated[keep], truncated[keep]
+                        obs_rows(obs, keep),
+                        obs_rows(stored_next, keep),
+                        scaled[keep],
+                        reward[keep],
+                        terminated[keep],
+                        truncated[keep],
+                        streams=streams,
                     )
                 if norm is not None:  # the replay keeps raw data; SB3 normalizes it when it samples
                     norm.observe(next_obs)
@@ -196,9 +205,15 @@ class OffPolicyLoop(LearnerLoop):
         self.max_policy_lag = max_policy_lag
         self.num_collectors, self.envs_per_collector = num_collectors, envs_per_collector
         self._held = 0  # training calls since the last publish, held back by a lagging collector
+        self._rebase = False  # the replay ratio changed: count gradient steps due from here
         # a saved model must load without unilab_gym: SB3 pickles replay_buffer_class
         model.replay_buffer_class = ReplayBuffer
         model.replay_buffer_kwargs = {}
+
+    def set_replay_ratio(self, replay_ratio: float) -> None:
+        """Change the replay ratio (on the learner's thread): steps already run stand, the new ratio counts from now."""
+        self.replay_ratio = check_real("replay_ratio", replay_ratio, minimum=0.0)
+        self._rebase = True
 
     def writer(self, index: int) -> ReplayWriter:
         return ReplayWriter(
@@ -224,18 +239,25 @@ class OffPolicyLoop(LearnerLoop):
         grad_steps = calls = 0
         grad_step_s = TRAIN_CHUNK_S  # running estimate of one gradient step's duration
         episodes_logged = model._episode_num
+        # the replay ratio holds from origin_counted transitions and origin_steps gradient steps on
+        # (a live change of the ratio moves the origin: steps already run stand)
+        origin_counted, origin_steps = starts, 0
+        self._rebase = False
 
         def set_budget() -> None:
+            # the transitions the next gradient step needs, plus the lead: with less, a replay ratio
+            # below 1 / lead would leave the learner waiting for data and the collectors for budget
             allowed = (
                 target
                 if self.replay_ratio == 0
-                else min(target, starts + math.ceil(grad_steps / self.replay_ratio) + lead)
+                else min(target, origin_counted + math.ceil((grad_steps - origin_steps + 1) / self.replay_ratio) + lead)
             )
             pool.set_budget(base + allowed)
 
         set_budget()
         pool.start()
         while True:
+            self.at_boundary()
             self.poll(pool, metrics)
             produced = pool.counters.total_transitions() - base
             now_steps = start_steps + min(produced, target)
@@ -255,7 +277,13 @@ class OffPolicyLoop(LearnerLoop):
             if done:
                 pool.set_budget(pool.counters.total_transitions())  # pause collectors
             counted = min(produced, target)
-            due = math.floor(max(0, counted - starts) * self.replay_ratio) - grad_steps if counted > starts else 0
+            if self._rebase:
+                origin_counted, origin_steps, self._rebase = max(counted, starts), grad_steps, False
+            due = (
+                origin_steps + math.floor(max(0, counted - origin_counted) * self.replay_ratio) - grad_steps
+                if counted > starts
+                else 0
+            )
             if due > 0:
                 # SB3 trains after every collection, the last one included; so do we
                 model._update_current_progress_remaining(model.num_timesteps, total)

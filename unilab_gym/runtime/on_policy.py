@@ -56,14 +56,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.type_aliases import RolloutBufferSamples
+from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
+from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
 
-from unilab_gym.runtime.collector import Collector, autoreset_mode_of
+from unilab_gym.runtime.collector import Collector, autoreset_mode_of, obs_tensor
 from unilab_gym.runtime.control import ROLLOUTS, STEP_CALLS, TRANSITIONS
 from unilab_gym.runtime.loop import LearnerLoop
 from unilab_gym.runtime.normalization import NormalizationSpec
-from unilab_gym.runtime.rollout import SLOTS, RolloutHandle, RolloutStorage
+from unilab_gym.runtime.rollout import SLOTS, RolloutHandle, RolloutStorage, put_obs
 from unilab_gym.validation import check_int
 
 if TYPE_CHECKING:
@@ -101,14 +101,14 @@ class RolloutWriter:
         space = env.single_action_space
         gamma = np.float32(self.gamma)
 
-        def forward(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        def forward(obs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             with torch.no_grad():
-                actions, values, log_probs = policy(torch.as_tensor(np.asarray(obs, np.float32)))
+                actions, values, log_probs = policy(obs_tensor(obs))
             return actions.numpy(), values.numpy().ravel(), log_probs.numpy()
 
-        def value(obs: np.ndarray) -> np.ndarray:
+        def value(obs: Any) -> np.ndarray:
             with torch.no_grad():
-                return policy.predict_values(torch.as_tensor(np.asarray(obs, np.float32))).numpy().ravel()
+                return policy.predict_values(obs_tensor(obs)).numpy().ravel()
 
         def normalized(obs: np.ndarray) -> np.ndarray:  # what the policy sees and the rollout stores
             return obs if norm is None else norm.normalize_obs(obs)
@@ -144,8 +144,8 @@ class RolloutWriter:
                     # SB3's bootstrap of truncated episodes (its GitHub issue #633); one env at a time as
                     # SB3 does, because a batched forward pass may round differently in the last bit
                     for i in np.flatnonzero(truncated & ~terminated):
-                        reward[i] += gamma * value(normalized(info["final_obs"][i][None]))[0]
-                    storage.observations[slot, t, cols] = seen
+                        reward[i] += gamma * value(normalized(_one(info["final_obs"][i])))[0]
+                    put_obs(storage.observations, (slot, t, cols), seen)
                     storage.actions[slot, t, cols] = actions.reshape(n, -1)
                     storage.rewards[slot, t, cols] = reward
                     storage.episode_starts[slot, t, cols] = episode_starts
@@ -155,7 +155,7 @@ class RolloutWriter:
                     row[TRANSITIONS] += n
                     row[STEP_CALLS] += 1
                 seen = normalized(obs)
-                storage.last_obs[slot, cols] = seen
+                put_obs(storage.last_obs, (slot, cols), seen)
                 storage.last_values[slot, cols] = value(seen)
                 storage.last_dones[slot, cols] = episode_starts
                 c.send_moments()  # before the rollout counts as done: the learner merges them with it
@@ -163,6 +163,11 @@ class RolloutWriter:
                 row[ROLLOUTS] = k  # after the data: the learner reads a slot only once every row passed it
         finally:
             storage.close()
+
+
+def _one(obs: Any) -> Any:
+    """One env's observation as a batch of one (a dict of batches of one for a ``Dict`` observation)."""
+    return {k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, dict) else np.asarray(obs)[None]
 
 
 class RunnerRolloutBuffer(RolloutBuffer):
@@ -176,6 +181,18 @@ class RunnerRolloutBuffer(RolloutBuffer):
     between_batches: Callable[[], None] | None = None
 
     def get(self, batch_size: int | None = None) -> Generator[RolloutBufferSamples, None, None]:
+        for batch in super().get(batch_size):
+            if self.between_batches is not None:
+                self.between_batches()
+            yield batch
+
+
+class RunnerDictRolloutBuffer(DictRolloutBuffer):
+    """:class:`RunnerRolloutBuffer` for ``Dict`` observations (SB3's ``DictRolloutBuffer``)."""
+
+    between_batches: Callable[[], None] | None = None
+
+    def get(self, batch_size: int | None = None) -> Generator[DictRolloutBufferSamples, None, None]:  # type: ignore[override]
         for batch in super().get(batch_size):
             if self.between_batches is not None:
                 self.between_batches()
@@ -223,14 +240,17 @@ class OnPolicyLoop(LearnerLoop):
             )
         if getattr(model, "use_sde", False):
             raise ValueError("AsyncRunner does not support gSDE exploration (use_sde=True)")
-        if not isinstance(model.observation_space, spaces.Box) or not isinstance(model.action_space, spaces.Box):
+        obs_space = model.observation_space
+        dict_obs = isinstance(obs_space, spaces.Dict) and all(isinstance(s, spaces.Box) for s in obs_space.values())
+        if not (isinstance(obs_space, spaces.Box) or dict_obs) or not isinstance(model.action_space, spaces.Box):
             raise ValueError(
-                f"AsyncRunner's on-policy collectors support Box observation and action spaces, got "
+                "AsyncRunner's on-policy collectors support Box (or Dict of Box) observation and Box action spaces, "
+                f"got "
                 f"{type(model.observation_space).__name__} / {type(model.action_space).__name__}"
             )
-        if isinstance(model.rollout_buffer, RunnerRolloutBuffer):
+        if isinstance(model.rollout_buffer, (RunnerRolloutBuffer, RunnerDictRolloutBuffer)):
             raise ValueError("this model is driven by another AsyncRunner that is still open; close that one first")
-        if type(model.rollout_buffer) is not RolloutBuffer:
+        if type(model.rollout_buffer) is not (DictRolloutBuffer if dict_obs else RolloutBuffer):
             raise ValueError(
                 f"AsyncRunner fills SB3's RolloutBuffer, the model has a {type(model.rollout_buffer).__name__}"
             )
@@ -241,7 +261,7 @@ class OnPolicyLoop(LearnerLoop):
             self.storage = RolloutStorage.create(
                 model.n_steps,
                 n_envs,
-                model.observation_space.shape,
+                {k: s.shape for k, s in obs_space.items()} if dict_obs else obs_space.shape,
                 int(np.prod(model.action_space.shape)),
                 num_collectors,
             )
@@ -249,7 +269,8 @@ class OnPolicyLoop(LearnerLoop):
             super().close()  # no claim on the model is left
             raise
         old = model.rollout_buffer
-        self._own_buffer = RunnerRolloutBuffer(
+        buffer_class: Any = RunnerDictRolloutBuffer if dict_obs else RunnerRolloutBuffer
+        self._own_buffer = buffer_class(
             old.buffer_size,
             old.observation_space,
             old.action_space,
@@ -314,6 +335,7 @@ class OnPolicyLoop(LearnerLoop):
                 if not self._await_rollout(pool, metrics, k, callback):
                     self.next_rollout = k + 1  # as SB3 drops a rollout a callback stopped: never trained on
                     return
+                self.at_boundary()  # before the GAE: a new gamma counts for this rollout
                 slot = k % SLOTS
                 self.storage.fill(model.rollout_buffer, slot)
                 self.next_rollout = k + 1
@@ -345,9 +367,16 @@ class OnPolicyLoop(LearnerLoop):
         import torch
 
         buffer, policy = self.model.rollout_buffer, self.model.policy
-        obs = torch.as_tensor(buffer.observations.reshape(-1, *buffer.obs_shape), device=policy.device)
+
+        def tensor(obs: Any, flat: bool) -> Any:  # (steps, envs, *shape) -> (steps * envs, *shape); Dict per key
+            if isinstance(obs, dict):
+                return {k: tensor(v, flat) for k, v in obs.items()}
+            return torch.as_tensor(obs.reshape(-1, *obs.shape[2:]) if flat else obs, device=policy.device)
+
+        obs = tensor(buffer.observations, True)
         actions = torch.as_tensor(buffer.actions.reshape(-1, buffer.action_dim), device=policy.device)
-        last_obs = torch.as_tensor(self.storage.last_obs[slot], device=policy.device)
+        last = self.storage.last_obs
+        last_obs = tensor({k: v[slot] for k, v in last.items()} if isinstance(last, dict) else last[slot], False)
         with torch.no_grad():
             values, log_prob, _ = policy.evaluate_actions(obs, actions)
             last_values = policy.predict_values(last_obs)
@@ -368,6 +397,7 @@ class OnPolicyLoop(LearnerLoop):
         calls = 0
         callback.on_rollout_start()
         while True:
+            self.at_boundary()
             self.poll(pool, metrics)
             rows = pool.counters.rows
             finished = int(rows[:, ROLLOUTS].min()) > k  # read before the step counts: they only grow

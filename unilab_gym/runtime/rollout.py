@@ -18,7 +18,11 @@ this order, every array C-contiguous::
     last_dones      float32 [2, n_envs]                        1.0 where the last step ended an episode
     versions        int64   [2, num_collectors]                weight version collector c acted with in the slot
 
-These are exactly the fields of SB3's ``RolloutBuffer`` plus what
+With a ``Dict`` observation (``privileged_obs=True``: keys ``"policy"`` and ``"critic"``), ``observations``
+and ``last_obs`` are one float32 array per key, in the space's key order, each laid out as above with that
+key's shape; they are then dicts ``{key: array}``, as in SB3's ``DictRolloutBuffer``.
+
+These are exactly the fields of SB3's ``RolloutBuffer`` (``DictRolloutBuffer``) plus what
 ``compute_returns_and_advantage(last_values, dones)`` takes, so :meth:`RolloutStorage.fill`
 is a copy and returns / advantages come from SB3's own code.
 """
@@ -35,6 +39,9 @@ from unilab_gym.validation import check_positive_int
 
 SLOTS = 2
 
+#: The shape of one observation: a tuple for a ``Box``, ``{key: shape}`` for a ``Dict`` of ``Box`` es.
+ObsShape = tuple[int, ...] | dict[str, tuple[int, ...]]
+
 
 @dataclass(frozen=True)
 class RolloutHandle:
@@ -43,25 +50,41 @@ class RolloutHandle:
     name: str
     n_steps: int
     n_envs: int
-    obs_shape: tuple[int, ...]
+    obs_shape: ObsShape
     action_dim: int
     num_collectors: int
 
 
 def _fields(h: RolloutHandle) -> list[tuple[str, Any, tuple[int, ...]]]:
     s, t, n = SLOTS, h.n_steps, h.n_envs
+    shapes = h.obs_shape if isinstance(h.obs_shape, dict) else {"": h.obs_shape}
     return [
-        ("observations", np.float32, (s, t, n, *h.obs_shape)),
+        *((_key("observations", k), np.float32, (s, t, n, *shape)) for k, shape in shapes.items()),
         ("actions", np.float32, (s, t, n, h.action_dim)),
         ("rewards", np.float32, (s, t, n)),
         ("episode_starts", np.float32, (s, t, n)),
         ("values", np.float32, (s, t, n)),
         ("log_probs", np.float32, (s, t, n)),
-        ("last_obs", np.float32, (s, n, *h.obs_shape)),
+        *((_key("last_obs", k), np.float32, (s, n, *shape)) for k, shape in shapes.items()),
         ("last_values", np.float32, (s, n)),
         ("last_dones", np.float32, (s, n)),
         ("versions", np.int64, (s, h.num_collectors)),
     ]
+
+
+def _key(name: str, key: str) -> str:
+    """The field of observation key ``key`` (``""``: the one array of a ``Box`` observation)."""
+    return f"{name}.{key}" if key else name
+
+
+def put_obs(array: np.ndarray | dict[str, np.ndarray], index: Any, obs: np.ndarray | dict[str, np.ndarray]) -> None:
+    """``array[index] = obs`` for an observation field, per key for a ``Dict`` observation."""
+    if isinstance(array, dict):
+        assert isinstance(obs, dict)
+        for key, part in array.items():
+            part[index] = obs[key]
+    else:
+        array[index] = obs
 
 
 def _nbytes(h: RolloutHandle) -> int:
@@ -82,7 +105,7 @@ class RolloutStorage:
     Args:
         n_steps: steps per env in one rollout (SB3's ``n_steps``), >= 1.
         n_envs: envs of all collectors together, >= 1.
-        obs_shape: shape of one observation.
+        obs_shape: shape of one observation, or ``{key: shape}`` for a ``Dict`` observation.
         action_dim: float32 values of one action, >= 1.
         num_collectors: collectors writing into it, >= 1.
 
@@ -91,13 +114,13 @@ class RolloutStorage:
         OSError: the system refused the segment (e.g. /dev/shm full).
     """
 
-    observations: np.ndarray
+    observations: np.ndarray | dict[str, np.ndarray]
     actions: np.ndarray
     rewards: np.ndarray
     episode_starts: np.ndarray
     values: np.ndarray
     log_probs: np.ndarray
-    last_obs: np.ndarray
+    last_obs: np.ndarray | dict[str, np.ndarray]
     last_values: np.ndarray
     last_dones: np.ndarray
     versions: np.ndarray
@@ -106,16 +129,23 @@ class RolloutStorage:
         self._handle = handle
         self._segment = segment
         offset = 0
-        self._names = []
+        self._names: list[str] = []
         for name, dtype, shape in _fields(handle):
             array = np.ndarray(shape, dtype, buffer=segment.buf, offset=offset)
-            setattr(self, name, array)
-            self._names.append(name)
+            field, _, key = name.partition(".")
+            if key:  # a Dict observation: one array per key
+                if field not in self._names:
+                    setattr(self, field, {})
+                    self._names.append(field)
+                getattr(self, field)[key] = array
+            else:
+                setattr(self, name, array)
+                self._names.append(name)
             offset += _aligned(array.nbytes)
 
     @classmethod
     def create(
-        cls, n_steps: int, n_envs: int, obs_shape: tuple[int, ...], action_dim: int, num_collectors: int
+        cls, n_steps: int, n_envs: int, obs_shape: ObsShape, action_dim: int, num_collectors: int
     ) -> RolloutStorage:
         for name, value in (
             ("n_steps", n_steps),
@@ -124,7 +154,11 @@ class RolloutStorage:
             ("num_collectors", num_collectors),
         ):
             check_positive_int(name, value)
-        shape = tuple(int(d) for d in obs_shape)
+        shape: ObsShape = (
+            {str(k): tuple(int(d) for d in v) for k, v in obs_shape.items()}
+            if isinstance(obs_shape, dict)
+            else tuple(int(d) for d in obs_shape)
+        )
         probe = RolloutHandle("", int(n_steps), int(n_envs), shape, int(action_dim), int(num_collectors))
         segment = Segment.create(_nbytes(probe))
         handle = RolloutHandle(segment.name, probe.n_steps, probe.n_envs, shape, probe.action_dim, probe.num_collectors)
@@ -140,7 +174,7 @@ class RolloutStorage:
         return self._handle
 
     def fill(self, buffer: Any, slot: int) -> None:
-        """Copy slot ``slot`` into an SB3 ``RolloutBuffer`` and compute its returns and advantages.
+        """Copy slot ``slot`` into SB3's ``RolloutBuffer`` (``DictRolloutBuffer``), compute its returns and advantages.
 
         ``buffer`` must have ``buffer_size == n_steps`` and ``n_envs == n_envs``. It is reset, then
         holds the rollout as if ``buffer.add`` had been called ``n_steps`` times, then
@@ -149,7 +183,12 @@ class RolloutStorage:
         import torch
 
         buffer.reset()
-        for name in ("observations", "actions", "rewards", "episode_starts", "values", "log_probs"):
+        if isinstance(self.observations, dict):  # SB3's DictRolloutBuffer
+            for key, array in self.observations.items():
+                buffer.observations[key][:] = array[slot].reshape(buffer.observations[key].shape)
+        else:
+            buffer.observations[:] = self.observations[slot].reshape(buffer.observations.shape)
+        for name in ("actions", "rewards", "episode_starts", "values", "log_probs"):
             getattr(buffer, name)[:] = getattr(self, name)[slot].reshape(getattr(buffer, name).shape)
         buffer.pos, buffer.full = buffer.buffer_size, True
         buffer.compute_returns_and_advantage(

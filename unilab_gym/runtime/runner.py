@@ -25,13 +25,15 @@ loop (learner side) and the *writer* it gives each collector (collector side):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics
-from unilab_gym.runtime.pool import CollectorSetup
+from unilab_gym.control.runner_api import RunnerControl
+from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics, prometheus_app
+from unilab_gym.runtime.pool import CollectorPool, CollectorSetup
 from unilab_gym.runtime.process_pool import ProcessCollectorPool
 from unilab_gym.validation import check_int, check_positive_int, check_real, check_seed
 
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from unilab_gym.runtime.loop import LearnerLoop
 
 
-class AsyncRunner:
+class AsyncRunner(RunnerControl):
     """Drive a stock SB3 model with collectors in separate processes.
 
     Off-policy (``SAC``, ``TD3``, ``DDPG``): the model's replay buffer must be a
@@ -90,8 +92,26 @@ class AsyncRunner:
             :attr:`metrics_url`). Default ``None``: no server. Needs ``prometheus-client``.
             The same figures go to the SB3 logger under ``unilab/*`` whenever the runner logs.
         metrics_addr: address the metrics server binds, loopback only by default.
+        control_port: serve the control API (:mod:`unilab_gym.control`: live hyperparameters, snapshots,
+            rollback, status; bearer token :attr:`control_token`) at :attr:`control_url` (0: a free port).
+            With ``metrics_port`` too, ``/metrics`` is served on this server instead (one port per
+            runner). Default ``None``: no server; the Python methods work anyway. Needs
+            ``pip install "unilab-gym[control]"``.
+        control_addr: address the control server binds, loopback only by default.
+        snapshot_dir: the run's directory (:meth:`snapshot` files, the token file); default a fresh
+            directory under ``runs/``, made when first needed.
+        snapshot_on_change: take a snapshot before every hyperparameter change.
+        backend: ``"process"`` (default): collectors are processes on this machine, sharing memory with
+            the learner. ``"ray"``: each collector is a Ray actor, on any node of a Ray cluster, shipping
+            its data through the object store (:mod:`unilab_gym.runtime.ray_pool`, ``docs/ray.md``).
+        ray_address: ``backend="ray"``: if Ray is not initialised, the runner calls
+            ``ray.init(address=ray_address)`` (``None``: a local instance, dashboard off; ``"auto"``:
+            this machine's cluster) and shuts it down on :meth:`close`; an initialised Ray is used and left running.
+        collector_resources: ``backend="ray"``: the Ray resource request of each collector actor, e.g.
+            ``{"collector": 1}`` for nodes that advertise a custom ``collector`` resource. Default: one CPU.
 
     Raises:
+        ImportError: ``backend="ray"`` without Ray installed (the message names ``pip install "unilab-gym[ray]"``).
         ValueError: an unsupported model or model setting (named in the message), both or
             neither of ``env_id`` / ``env_fn``, bad counts, a bad ``max_policy_lag``,
             ``replay_ratio``, ``max_collector_restarts``, ``collector_timeout_s``, ``metrics_port`` or
@@ -119,6 +139,13 @@ class AsyncRunner:
         collector_timeout_s: float = 60.0,
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
+        control_port: int | None = None,
+        control_addr: str = "127.0.0.1",
+        snapshot_dir: str | None = None,
+        snapshot_on_change: bool = False,
+        backend: str = "process",
+        ray_address: str | None = None,
+        collector_resources: dict[str, float] | None = None,
     ):
         from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
         from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
@@ -137,6 +164,15 @@ class AsyncRunner:
         )
         if metrics_port is not None:
             metrics_port = check_int("metrics_port", metrics_port, minimum=0, maximum=65535)
+        if backend not in ("process", "ray"):
+            raise ValueError(f'backend must be "process" or "ray", got {backend!r}')
+        if backend == "process" and (ray_address is not None or collector_resources is not None):
+            raise ValueError('ray_address and collector_resources need backend="ray"')
+        if backend == "ray":
+            from unilab_gym.runtime.ray_pool import check_resources, import_ray
+
+            import_ray()
+            check_resources(collector_resources)
         if not isinstance(metrics_addr, str) or not metrics_addr:
             raise ValueError(f"metrics_addr must be a host name or IP address, got {metrics_addr!r}")
         if not isinstance(model, (OnPolicyAlgorithm, OffPolicyAlgorithm)):
@@ -144,11 +180,8 @@ class AsyncRunner:
         loop: LearnerLoop
         if isinstance(model, OnPolicyAlgorithm):
             loop = OnPolicyLoop(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
-            #: off-policy: gradient steps per transition; ``None`` on-policy.
-            self.replay_ratio: float | None = None
         else:
             loop = OffPolicyLoop(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
-            self.replay_ratio = loop.replay_ratio
         self._loop = loop
         try:
             collector_env_kwargs = loop.env_kwargs(dict(env_kwargs or {}))
@@ -168,7 +201,12 @@ class AsyncRunner:
                 max_restarts=max_collector_restarts,
                 collector_timeout_s=collector_timeout_s,
             )
-            self._pool = ProcessCollectorPool(setup, start_method)
+            if backend == "ray":
+                from unilab_gym.runtime.ray_pool import RayCollectorPool
+
+                self._pool: CollectorPool = RayCollectorPool(setup, ray_address, collector_resources)
+            else:
+                self._pool = ProcessCollectorPool(setup, start_method)
         except BaseException:
             loop.close()
             raise
@@ -176,16 +214,19 @@ class AsyncRunner:
         try:
             #: the pipeline metrics (:class:`~unilab_gym.runtime.metrics.RunnerMetrics`).
             self.metrics = RunnerMetrics(self._pool, loop.replay_info())
-            if metrics_port is not None:
+            if metrics_port is not None and control_port is None:
                 self._metrics_server = MetricsServer(self.metrics, metrics_port, metrics_addr)
+            self.model = model
+            metrics_app = None if metrics_port is None or control_port is None else prometheus_app(self.metrics)
+            self._start_control(control_port, control_addr, snapshot_dir, snapshot_on_change, metrics_app)
         except BaseException:
+            if self._metrics_server is not None:
+                self._metrics_server.close()
             self._pool.close()
             loop.close()
             raise
-        self.model = model
         self.num_collectors = num_collectors
         self.envs_per_collector = envs_per_collector
-        self.max_policy_lag: int = loop.max_policy_lag
         self.seed = setup.seed
         self.max_collector_restarts = max_collector_restarts
         self.collector_timeout_s = collector_timeout_s
@@ -210,12 +251,22 @@ class AsyncRunner:
     @property
     def metrics_url(self) -> str | None:
         """``http://<addr>:<port>/metrics`` of the Prometheus endpoint, or ``None`` (no ``metrics_port``, or closed)."""
+        if self._metrics_server is None and self._control_server is not None and self._control_server.serves_metrics:
+            return f"{self._control_server.url}/metrics"  # one port per runner: on the control server
         return self._metrics_server.url if self._metrics_server is not None else None
 
     @property
     def collector_pids(self) -> list[int]:
         """Process ids of the running collectors (empty before the first :meth:`learn`, and once closed)."""
         return [s.pid for s in self._pool.status() if s.pid is not None]
+
+    def collector_status(self) -> list[dict[str, Any]]:
+        """One dict per collector: ``index``, ``node_id`` (the Ray node id, hex, with ``backend="ray"``; the
+        host name with processes; ``""`` before it reported), ``pid`` (``None`` before it started),
+        ``env_steps`` (transitions the learner has from it), ``weight_version`` (the version it acts
+        with, 0: none yet) and ``restarts``. Safe to call from another thread while :meth:`learn` runs;
+        empty once closed."""
+        return [dataclasses.asdict(s) for s in self._pool.status()]
 
     def policy_lag(self) -> int:
         """Current policy lag: published version minus the oldest version a running collector acts with."""
@@ -232,6 +283,7 @@ class AsyncRunner:
         if self._closed:
             return
         self._closed = True
+        self._stop_control()
         if self._metrics_server is not None:
             self._metrics_server.close()
             self._metrics_server = None
@@ -277,7 +329,8 @@ class AsyncRunner:
                 )
             callback.on_training_start(locals(), globals())
             self.metrics.begin()
-            self._loop.run(self._pool, self.metrics, total, callback, log_interval)
+            with self._controlled():  # hyperparameter changes, snapshots, restores: between gradient steps
+                self._loop.run(self._pool, self.metrics, total, callback, log_interval)
             callback.on_training_end()
         except BaseException:
             self.close()

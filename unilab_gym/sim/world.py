@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, fields
+from typing import NoReturn, SupportsIndex
 
 import numpy as np
 
@@ -362,6 +363,18 @@ class ClusterWorld:
         proj = p.computeProjectionMatrixFOV(60.0, width / height, 0.05, 20.0, physicsClientId=c)
         _, _, rgba, _, _ = p.getCameraImage(width, height, view, proj, renderer=p.ER_TINY_RENDERER, physicsClientId=c)
         return np.asarray(rgba, dtype=np.uint8).reshape(height, width, 4)[:, :, :3].copy()
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        """Refuse ``copy.copy``, ``copy.deepcopy`` and ``pickle``.
+
+        Raises:
+            TypeError: always: a copy would hold this world's physics client id, so it would move (and
+                ``close()`` would disconnect) this world's robots; in another process the id names another world.
+        """
+        raise TypeError(
+            "a ClusterWorld cannot be copied or pickled: it is a live pybullet physics client of this process "
+            f"(id {getattr(self, '_client', None)}); build a new ClusterWorld (or a new env) instead"
+        )
 
     def close(self) -> None:
         """Disconnect the physics client. Idempotent."""

@@ -35,7 +35,33 @@ OBS_DIM = 48
 #: Action size: one joint position target per actuated joint.
 ACT_DIM = a1.NUM_JOINTS
 
+#: Critic (privileged) observation layout, ``privileged_obs=True``: name -> (start, stop) column range, with units.
+#: The first 48 columns are the policy observation (:data:`OBS_LAYOUT`); the rest is what only the simulator knows.
+CRITIC_OBS_LAYOUT: dict[str, tuple[int, int]] = {
+    **OBS_LAYOUT,
+    # the episode's physics parameters (nominal values when not randomized), unilab_gym.randomization.PARAMETERS:
+    "friction": (48, 49),  # robot-ground friction coefficient, 1
+    "added_mass": (49, 50),  # kg added to the trunk
+    "com_offset": (50, 53),  # m, trunk centre-of-mass offset (x forward, y left, z up), trunk frame
+    "motor_strength": (53, 54),  # x, scale of the torque limits
+    "kp_factor": (54, 55),  # x, scale of the PD stiffness
+    "kd_factor": (55, 56),  # x, scale of the PD damping
+    "latency": (56, 57),  # control steps (20 ms each by default) between the policy's action and its application
+    "push_interval": (57, 58),  # s between pushes
+    "push_velocity": (58, 59),  # m/s added to the base at each push (0 = no pushes)
+    # state the real robot does not measure:
+    "base_height": (59, 60),  # m, base above the ground
+    "foot_contact": (60, 64),  # 1.0 where the foot (FR, FL, RR, RL) touches the ground, else 0.0
+    "feet_air_time": (64, 68),  # s each foot (FR, FL, RR, RL) has been in the air (0 in contact)
+}
+#: Critic observation size: the columns of :data:`CRITIC_OBS_LAYOUT`.
+CRITIC_OBS_DIM = 68
+
 _OBS_SLICES = {name: slice(start, stop) for name, (start, stop) in OBS_LAYOUT.items()}
+_PRIVILEGED = slice(OBS_DIM, CRITIC_OBS_LAYOUT["push_velocity"][1])
+_BASE_HEIGHT = slice(*CRITIC_OBS_LAYOUT["base_height"])
+_FOOT_CONTACT = slice(*CRITIC_OBS_LAYOUT["foot_contact"])
+_FEET_AIR_TIME = slice(*CRITIC_OBS_LAYOUT["feet_air_time"])
 _GRAVITY_DIRECTION = np.array([0.0, 0.0, -1.0])
 
 #: Width (variance) of the exponential tracking kernels, in (m/s)^2 and (rad/s)^2 (legged_gym ``tracking_sigma``).
@@ -159,6 +185,39 @@ def observation(
     out[:, cols["joint_vel"]] = joint_vel
     out[:, cols["last_action"]] = last_action
     return lin_b, ang_b, gravity
+
+
+def critic_observation(
+    obs: np.ndarray,
+    parameters: np.ndarray,
+    base_height: np.ndarray,
+    foot_contact: np.ndarray,
+    feet_air_time: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """Write the (N, 68) float32 critic (privileged) observation into ``out``, column ranges :data:`CRITIC_OBS_LAYOUT`.
+
+    Args:
+        obs: (N, 48) float32, the policy observation of the same step (:func:`observation`).
+        parameters: (N, 11) float64, the episodes' physics parameters, columns
+            :data:`unilab_gym.randomization.PARAMETER_NAMES` (friction, added_mass, com_x, com_y, com_z,
+            motor_strength, kp_factor, kd_factor, latency, push_interval, push_velocity).
+        base_height: (N,) base height above the ground in m.
+        foot_contact: (N, 4) bool, feet FR, FL, RR, RL touching the ground.
+        feet_air_time: (N, 4) float64, each foot's time in the air in s (:func:`feet_air_time`).
+        out: (N, 68) float32, written in place.
+
+    Raises:
+        ValueError: ``parameters`` without the 11 columns of the layout.
+    """
+    width = _PRIVILEGED.stop - _PRIVILEGED.start
+    if parameters.shape[1:] != (width,):
+        raise ValueError(f"parameters must be (N, {width}), got shape {parameters.shape}")
+    out[:, :OBS_DIM] = obs
+    out[:, _PRIVILEGED] = parameters
+    out[:, _BASE_HEIGHT] = base_height[:, None]
+    out[:, _FOOT_CONTACT] = foot_contact
+    out[:, _FEET_AIR_TIME] = feet_air_time
 
 
 def feet_air_time(air_time: np.ndarray, foot_contact: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray]:

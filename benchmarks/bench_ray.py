@@ -1,0 +1,241 @@
+"""AsyncRunner SAC with ``backend="process"`` vs ``backend="ray"`` (local Ray), side by side, in one run.
+
+    python benchmarks/bench_ray.py            # 3 repeats x 64 * 300 env steps: ~10 min on 2 idle cores
+    python benchmarks/bench_ray.py --quick    # 2 repeats x 64 * 120 env steps: ~4 min
+
+Both configurations run the same SAC as ``compare_sb3.py``'s ``AsyncRunner SAC (2 collectors)`` row:
+2 collectors x 32 envs of ``UniLab/Quadruped-v0``, ``batch_size=256``, ``replay_ratio=1/64`` (one
+gradient step per 64 transitions), one torch thread in the learner. With ``backend="ray"`` the
+runner starts a local Ray instance (``ray.init``, dashboard off) and shuts it down on ``close()``;
+both are inside the timed wall clock, as spawning the collector processes is for ``"process"``.
+
+Figures per run: wall clock of ``learn`` (start-up included), env-steps/s over it, *steady*
+env-steps/s (from the 20th to the last on_step of the run: start-up excluded), and, Ray only, the
+learner's ingest cost per transition (``RayCollectorPool.ingest_s / ingested``: taking results from
+the object store with ``ray.get`` and copying their rows into the ``SharedReplayBuffer``, the learner
+thread's CPU time: other processes on the machine do not inflate it). Then the ingest cost alone
+(:func:`run_ingest`: blocks of 128 and 2,048 transitions from an actor, 300 each), the figure the
+scaling model in ``docs/ray.md`` starts from.
+Each run is a fresh process; configurations are interleaved (process, ray, process, ray, ...), the
+table gives medians and the Ray / process ratios. The load of the machine is sampled before and
+after (``common.sample_load``) and a warning is printed when it was busy: on 2 cores shared with other
+processes every figure is slower and noisier, and the ratio is what to read.
+Writes ``bench_ray.md`` and ``bench_ray.json`` to ``--out`` (default ``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import RESULTS_DIR, busy_warning, machine_info, run_interleaved, sample_load, summarize, write_json
+
+ID = "UniLab/Quadruped-v0"
+NUM_ENVS = 64
+CONFIGS = {"process": "process", "ray (local)": "ray"}
+#: Block sizes of the ingest-alone measurement: 4 vector steps of 32 envs (an exchange's usual), a full stage.
+INGEST_ROWS = (128, 2048)
+#: Bytes of one stored transition of this env: obs 48 + next_obs 48 + action 12 + reward, terminated, truncated.
+ROW_BYTES = 4 * (48 + 48 + 12 + 3)
+
+
+def run(backend: str, total_steps: int, seed: int) -> dict[str, Any]:
+    """One AsyncRunner SAC run with ``backend``; returns its figures (see the module docstring)."""
+    import torch
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from unilab_gym import AsyncRunner, SharedReplayBuffer
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    class Clock(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.points: list[tuple[float, int]] = []
+
+        def _on_step(self) -> bool:
+            self.points.append((time.perf_counter(), self.num_timesteps))
+            return True
+
+    torch.set_num_threads(1)
+    env = make_sb3_env(ID, NUM_ENVS, seed=seed, max_episode_steps=250)
+    model = SAC(
+        "MlpPolicy",
+        env,
+        batch_size=256,
+        learning_starts=10 * NUM_ENVS,
+        buffer_size=max(total_steps, 1000),
+        replay_buffer_class=SharedReplayBuffer,
+        seed=seed,
+        verbose=0,
+    )
+    clock = Clock()
+    t0 = time.perf_counter()
+    with AsyncRunner(
+        model,
+        env_id=ID,
+        num_collectors=2,
+        envs_per_collector=NUM_ENVS // 2,
+        env_kwargs=dict(max_episode_steps=250),
+        seed=seed,
+        replay_ratio=1.0 / NUM_ENVS,
+        backend=backend,
+    ) as runner:
+        runner.learn(total_steps, callback=clock)
+        pool = runner._pool
+        ingest = getattr(pool, "ingest_cpu_s", None), getattr(pool, "ingested", None)
+    wall = time.perf_counter() - t0
+    model.replay_buffer.close()
+    (ta, sa), (tb, sb) = clock.points[min(20, len(clock.points) - 2)], clock.points[-1]
+    out = {
+        "wall_s": wall,
+        "env_steps_per_s": model.num_timesteps / wall,
+        "steady_env_steps_per_s": (sb - sa) / (tb - ta),
+        "grad_steps": model._n_updates,
+    }
+    if ingest[0] is not None and ingest[1]:
+        out["ingest_us_per_transition"] = 1e6 * ingest[0] / ingest[1]
+    return out
+
+
+def run_ingest(rows_per_result: int, results: int) -> dict[str, Any]:
+    """The learner's ingest cost alone: ``results`` answers of ``rows_per_result`` transitions from a remote actor.
+
+    A local Ray (1 CPU) and one actor that returns a staged block as ``CollectorActor.exchange`` does; the
+    learner keeps ``MAX_IN_FLIGHT`` requests in flight and copies every block into a 100k-row replay of this
+    env's layout (``RayCollectorPool._ingest_rows``: one reservation, one copy). Returns the learner thread's CPU
+    and wall time per transition (``ray.get`` + copy).
+    """
+    import numpy as np
+    import ray
+
+    from unilab_gym.replay import ReplayStorage
+    from unilab_gym.replay.layout import ReplayLayout
+    from unilab_gym.runtime.ray_collector import MAX_IN_FLIGHT
+
+    ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 << 20, configure_logging=False)
+    storage = ReplayStorage(ReplayLayout(48, 12), 100_000)
+    try:
+
+        @ray.remote(num_cpus=1)
+        class Stage:
+            def __init__(self, n: int) -> None:
+                self.block = {"data": {"rows": np.random.default_rng(0).random((n, 111), np.float32)}}
+
+            def exchange(self) -> dict[str, Any]:
+                return self.block
+
+        actor = Stage.remote(rows_per_result)
+        ray.get(actor.exchange.remote())  # started
+        in_flight = [actor.exchange.remote() for _ in range(MAX_IN_FLIGHT)]
+        cpu = wall = 0.0
+        for i in range(results):
+            ready, in_flight = ray.wait(in_flight, num_returns=1)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            rows = ray.get(ready[0])["data"]["rows"]
+            res = storage.reserve(len(rows))
+            for r0, r1, s0, s1 in res.pieces:
+                storage.block[r0:r1] = rows[s0:s1]
+            storage.commit(res)
+            wall += time.perf_counter() - t0
+            cpu += time.thread_time() - c0
+            if i + MAX_IN_FLIGHT < results:
+                in_flight.append(actor.exchange.remote())
+        n = results * rows_per_result
+        return {"cpu_us_per_transition": 1e6 * cpu / n, "wall_us_per_transition": 1e6 * wall / n}
+    finally:
+        storage.close()
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="2 repeats of 64 * 120 env steps")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None, help="env steps per run")
+    parser.add_argument("--out", default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (2 if args.quick else 3)
+    steps = args.steps or NUM_ENVS * (120 if args.quick else 300)
+    load_start = sample_load(1.0)
+    configs = {name: (run, dict(backend=backend, total_steps=steps, seed=0)) for name, backend in CONFIGS.items()}
+    runs = run_interleaved(configs, repeats, desc="process vs ray")
+    ingest_configs = {f"{n} rows per result": (run_ingest, dict(rows_per_result=n, results=300)) for n in INGEST_ROWS}
+    ingest_runs = run_interleaved(ingest_configs, repeats, desc="ingest alone")
+    load_end = sample_load(1.0)
+    ingest_alone = {
+        name: {k: summarize(rs, k)[0] for k in ("cpu_us_per_transition", "wall_us_per_transition")}
+        for name, rs in ingest_runs.items()
+    }
+    med = {
+        name: {k: summarize(rs, k)[0] for k in rs[0] if k != "ingest_us_per_transition"} for name, rs in runs.items()
+    }
+    ray_runs = runs["ray (local)"]
+    ingest_us = summarize(ray_runs, "ingest_us_per_transition")[0]
+    ratios = {
+        "env_steps_per_s": med["ray (local)"]["env_steps_per_s"] / med["process"]["env_steps_per_s"],
+        "steady_env_steps_per_s": med["ray (local)"]["steady_env_steps_per_s"]
+        / med["process"]["steady_env_steps_per_s"],
+        "wall_s": med["ray (local)"]["wall_s"] / med["process"]["wall_s"],
+    }
+    warning = busy_warning(load_start, load_end)
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "config": {"num_envs": NUM_ENVS, "env_steps": steps, "repeats": repeats, "row_bytes": ROW_BYTES},
+        "load": {"start": load_start, "end": load_end, "warning": warning},
+        "runs": runs,
+        "medians": med,
+        "ratios_ray_over_process": ratios,
+        "ingest_us_per_transition": ingest_us,
+        "ingest_alone": ingest_alone,
+        "ingest_mb_per_s_at_that_cost": ROW_BYTES / ingest_us,
+    }
+    lines = [
+        "# AsyncRunner SAC: process vs Ray backend (2 collectors x 32 envs)",
+        "",
+        f"{report['date']}, {steps} env steps per run, {repeats} interleaved repeats, medians. "
+        f"Load: start {load_start['busy_cores']} busy cores of {load_start['cores']:g} "
+        f"(load average {load_start['load_average']}), end {load_end['busy_cores']}.",
+        "",
+        "| backend | wall clock (s) | env-steps/s | steady env-steps/s |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {name} | {m['wall_s']:.1f} | {m['env_steps_per_s']:.0f} | {m['steady_env_steps_per_s']:.0f} |"
+            for name, m in med.items()
+        ),
+        f"| **ray / process** | {ratios['wall_s']:.2f}x | {ratios['env_steps_per_s']:.2f}x "
+        f"| {ratios['steady_env_steps_per_s']:.2f}x |",
+        "",
+        f"Learner ingest cost in these runs (Ray): {ingest_us:.2f} us/transition of learner-thread CPU "
+        f"(ray.get + copy into the replay).",
+        "",
+        "Ingest alone (an actor answering with a staged block, 2 requests in flight, copy into a 100k-row replay):",
+        "",
+        "| block | CPU us/transition | wall us/transition | transitions/s per learner core |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {name} | {v['cpu_us_per_transition']:.3f} | {v['wall_us_per_transition']:.3f} "
+            f"| {1e6 / v['cpu_us_per_transition']:,.0f} |"
+            for name, v in ingest_alone.items()
+        ),
+    ]
+    if warning:
+        lines += ["", warning]
+        print(warning, file=sys.stderr)
+    md = "\n".join(lines) + "\n"
+    print(md)
+    os.makedirs(args.out, exist_ok=True)
+    write_json(os.path.join(args.out, "bench_ray.json"), report)
+    with open(os.path.join(args.out, "bench_ray.md"), "w") as f:
+        f.write(md)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""AsyncRunner(backend="ray") on a local multi-node Ray cluster: training through the object store, placement
+on a worker node, node-failure recovery, remote tracebacks, close() and the missing-Ray error (issue 14).
+
+One module-scoped ``ray.cluster_utils.Cluster``: a head node (the learner, this process) and worker nodes that
+advertise a custom ``collector`` resource the collectors request. Nothing of it survives the module.
+"""
+
+import os
+import sys
+import threading
+import time
+import warnings
+
+import psutil
+import pytest
+import torch
+from stable_baselines3 import PPO, SAC
+from stable_baselines3.common.callbacks import BaseCallback
+
+from unilab_gym import AsyncRunner, CollectorError, SharedReplayBuffer
+from unilab_gym.runtime.ray_collector import STAGE_PREFIX
+
+ray = pytest.importorskip("ray")
+Cluster = pytest.importorskip("ray.cluster_utils").Cluster
+
+ID = "UniLab/Quadruped-v0"
+SMALL_ENV = dict(max_episode_steps=20, envs_per_cluster=4)
+COLLECTOR = {"collector": 1}
+#: Ray's node health check, shortened so a killed node is declared dead in about a second (read at process start).
+HEALTH_CHECK = {
+    "RAY_health_check_initial_delay_ms": "0",
+    "RAY_health_check_period_ms": "200",
+    "RAY_health_check_timeout_ms": "400",
+    "RAY_health_check_failure_threshold": "3",
+}
+NODE = dict(object_store_memory=80 << 20)  # Ray's minimum is 75 MiB
+
+
+class Nodes:
+    """The module's cluster and its current worker node."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.worker = None
+
+    def add_worker(self):
+        self.worker = self.cluster.add_node(num_cpus=2, resources={"collector": 2}, **NODE)
+        self.cluster.wait_for_nodes()
+        return self.worker
+
+    def live_worker(self):
+        return self.worker if self.worker is not None else self.add_worker()
+
+    def kill(self, node):
+        self.cluster.remove_node(node, allow_graceful=False)
+        if node is self.worker:
+            self.worker = None
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    saved = {k: os.environ.get(k) for k in HEALTH_CHECK}
+    os.environ.update(HEALTH_CHECK)
+    before = set(os.listdir("/dev/shm"))
+    cluster = Cluster(
+        initialize_head=True, connect=True, head_node_args=dict(num_cpus=1, include_dashboard=False, **NODE)
+    )
+    try:
+        state = Nodes(cluster)
+        state.add_worker()
+        yield state
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    kids = [p for p in psutil.Process().children(recursive=True) if "resource_tracker" not in " ".join(p.cmdline())]
+    assert not kids, f"Ray processes left: {[(p.pid, p.cmdline()[:3]) for p in kids]}"
+    left = {f for f in set(os.listdir("/dev/shm")) - before if "plasma" in f or f.startswith(STAGE_PREFIX)}
+    assert not left, f"shared memory left in /dev/shm: {sorted(left)}"
+
+
+def make_sac(**kwargs):
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    env = make_sb3_env(ID, 1, seed=0, **SMALL_ENV)
+    settings = dict(batch_size=32, policy_kwargs=dict(net_arch=[32, 32]), buffer_size=5_000, learning_starts=10)
+    return SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, seed=0, **{**settings, **kwargs})
+
+
+def ray_runner(model, **kwargs):
+    settings = dict(env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV, replay_ratio=0.1)
+    return AsyncRunner(model, backend="ray", collector_resources=COLLECTOR, **{**settings, **kwargs})
+
+
+def actor_states(pids):
+    """Ray's view of the actors whose process ids are ``pids``: {pid: state}."""
+    from ray._private import state
+
+    return {a["Pid"]: a["State"] for a in state.actors().values() if a["Pid"] in pids}
+
+
+class AtStep(BaseCallback):
+    """Calls ``action(self)`` once, at the first on_step with ``num_timesteps >= at``."""
+
+    def __init__(self, at, action):
+        super().__init__()
+        self.at, self.action, self.fired_at = at, action, None
+
+    def _on_step(self):
+        if self.fired_at is None and self.num_timesteps >= self.at:
+            self.action(self)
+            self.fired_at = time.monotonic()
+        return True
+
+
+# --------------------------------------------------------------------------- training and placement
+def test_sac_trains_on_the_worker_node_and_close_leaves_no_actor(nodes):
+    worker = nodes.live_worker()
+    model = make_sac()
+    seen = []
+
+    def watch(cb):  # collector_status() from another thread while learn() runs
+        t = threading.Thread(target=lambda: seen.append(cb.runner.collector_status()))
+        t.start()
+        t.join()
+
+    cb = AtStep(100, watch)
+    with ray_runner(model) as runner:
+        cb.runner = runner
+        runner.learn(400, callback=cb)
+        status = runner.collector_status()
+        assert model.num_timesteps == 400 and model.replay_buffer.size() >= 400
+        assert model._n_updates > 0
+        assert [s["index"] for s in status] == [0, 1]
+        assert {s["node_id"] for s in status} == {worker.node_id}  # the collectors really ran on the worker
+        assert all(s["restarts"] == 0 and s["pid"] is not None for s in status)
+        assert max(s["weight_version"] for s in status) >= 1  # (on a loaded machine one collector may start late)
+        assert sum(s["env_steps"] for s in status) == model.replay_buffer.storage.committed
+        assert (
+            seen
+            and len(seen[0]) == 2
+            and set(seen[0][0])
+            == {
+                "index",
+                "node_id",
+                "pid",
+                "env_steps",
+                "weight_version",
+                "restarts",
+            }
+        )
+        pids = {s["pid"] for s in status}
+        assert set(actor_states(pids).values()) == {"ALIVE"}
+        assert runner.metrics.samples()  # the metrics read the Ray pool as they read processes
+    assert ray.is_initialized()  # the user's Ray stays up
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert set(actor_states(pids).values()) <= {"DEAD"}
+    assert runner.collector_status() == []
+    model.replay_buffer.close()
+
+
+def test_ppo_one_collector_lag0_over_ray_equals_stock_sb3_bit_for_bit(nodes):
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    worker = nodes.live_worker()
+    env_kwargs = dict(max_episode_steps=10, envs_per_cluster=4)  # truncations (bootstrap) in every rollout
+
+    def make():
+        env = make_sb3_env(ID, 8, seed=3, **env_kwargs)
+        return PPO("MlpPolicy", env, n_steps=16, batch_size=64, n_epochs=2, seed=3, policy_kwargs=dict(net_arch=[32]))
+
+    stock = make()
+    torch.manual_seed(3)  # the collector seeds torch with seed + 0 before its first action
+    stock.learn(2 * 128)
+    model = make()
+    with ray_runner(model, num_collectors=1, envs_per_collector=8, env_kwargs=env_kwargs, replay_ratio=None) as runner:
+        runner.learn(2 * 128)
+        assert runner.collector_status()[0]["node_id"] == worker.node_id
+    assert model._n_updates == stock._n_updates == 2 * 2
+    for (name, ours), theirs in zip(model.policy.state_dict().items(), stock.policy.state_dict().values()):
+        assert torch.equal(ours, theirs), name
+
+
+# --------------------------------------------------------------------------- faults
+def test_remote_exception_is_a_collector_error_with_the_remote_traceback(nodes):
+    nodes.live_worker()
+    model = make_sac()
+    runner = ray_runner(model, env_kwargs={**SMALL_ENV, "no_such_option": 1})
+    with pytest.raises(CollectorError) as info:
+        runner.learn(200)
+    assert info.value.traceback is not None and "no_such_option" in info.value.traceback
+    assert runner.closed
+    model.replay_buffer.close()
+
+
+def test_node_death_restarts_collectors_on_another_node_and_training_completes(nodes):
+    first = nodes.live_worker()
+    model = make_sac()
+    replacement = []
+
+    def kill(cb):
+        replacement.append(nodes.add_worker())  # a second worker node, then the first one dies
+        nodes.kill(first)
+
+    cb = AtStep(100, kill)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ray_runner(model, max_collector_restarts=2) as runner:
+            runner.learn(400, callback=cb)
+            status = runner.collector_status()
+            assert model.num_timesteps == 400
+            assert {s["node_id"] for s in status} == {replacement[0].node_id}
+            assert sum(s["restarts"] for s in status) == runner.metrics.collector_restarts == 2
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning) and "restarting" in str(w)]
+    assert len(messages) == 2 and all(first.node_id in m for m in messages), messages
+    model.replay_buffer.close()
+
+
+def test_node_death_without_restarts_raises_within_10_s(nodes):
+    worker = nodes.live_worker()
+    model = make_sac()
+    cb = AtStep(100, lambda cb: nodes.kill(worker))
+    runner = ray_runner(model, max_collector_restarts=0)
+    with pytest.raises(CollectorError, match="died") as info:
+        runner.learn(100_000, callback=cb)
+    assert time.monotonic() - cb.fired_at < 10.0
+    assert worker.node_id in str(info.value)
+    assert runner.closed and runner.collector_status() == []
+    model.replay_buffer.close()
+
+
+# --------------------------------------------------------------------------- packaging
+def test_without_ray_backend_ray_raises_import_error_naming_the_extra(monkeypatch):
+    model = make_sac()
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(ImportError, match=r'pip install "unilab-gym\[ray\]"'):
+        AsyncRunner(model, env_id=ID, backend="ray")
+    model.replay_buffer.close()
+
+
+def test_bad_backend_arguments_are_refused():
+    model = make_sac()
+    with pytest.raises(ValueError, match="backend"):
+        AsyncRunner(model, env_id=ID, backend="threads")
+    with pytest.raises(ValueError, match='backend="ray"'):
+        AsyncRunner(model, env_id=ID, collector_resources=COLLECTOR)
+    with pytest.raises(ValueError, match="collector_resources"):
+        AsyncRunner(model, env_id=ID, backend="ray", collector_resources={"collector": -1})
+    model.replay_buffer.close()

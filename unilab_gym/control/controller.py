@@ -1,0 +1,246 @@
+"""``Controller``: live hyperparameters, snapshots and rollback of one model, safe to call from any thread.
+
+Requests (from Python or from the HTTP server's thread) are queued while ``learn()`` runs and
+executed on the learner's thread at its next *boundary* (between ``train()`` calls off-policy,
+between iterations or while waiting for a rollout on-policy: never inside a gradient step);
+the caller waits for the result, so an error names the bad value and a return means applied.
+When ``learn()`` is not running, a request runs at once on the caller's thread. This is where
+Sample Factory's PBT applies config changes (between training iterations); a restore is Ray
+Tune PBT's exploit step (load a checkpoint into the running trial).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from unilab_gym.control.hyperparams import Hyperparameters
+from unilab_gym.control.snapshots import SnapshotStore
+
+T = TypeVar("T")
+
+#: How long a request waits for the learner's next boundary, in s, before it is withdrawn (``TimeoutError``).
+REQUEST_TIMEOUT_S = 60.0
+#: Sources a history entry names.
+SOURCES = ("python", "http")
+
+
+class Controller:
+    """Live control of one SB3 model.
+
+    Args:
+        model: an SB3 ``SAC``, ``TD3``, ``DDPG``, ``PPO`` or ``A2C``.
+        loop: the ``AsyncRunner``'s learner loop, or ``None`` (plain SB3).
+        snapshot_dir: where snapshots go (default: a fresh directory under ``runs/``, made when needed).
+        snapshot_on_change: take a snapshot before every hyperparameter change.
+        after_restore: called on the learner's thread after a restore (the runner publishes the weights).
+        replay_restorable: whether a snapshot's replay can be loaded into the model (not while
+            collectors write into the model's replay).
+        status: extra fields for :meth:`status` (e.g. collector status), called on the caller's thread.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        loop: Any = None,
+        *,
+        snapshot_dir: Any = None,
+        snapshot_on_change: bool = False,
+        after_restore: Callable[[], None] | None = None,
+        replay_restorable: bool = True,
+        status: Callable[[], dict[str, Any]] | None = None,
+    ):
+        if not isinstance(snapshot_on_change, bool):
+            raise ValueError(f"snapshot_on_change must be a bool, got {snapshot_on_change!r}")
+        self.model = model
+        self.hyperparams = Hyperparameters(model, loop)
+        self.store = SnapshotStore(snapshot_dir)
+        self.snapshot_on_change = snapshot_on_change
+        self._after_restore = after_restore
+        self._replay_restorable = replay_restorable
+        self._status = status
+        self._history: list[dict[str, Any]] = []
+        self._lock = threading.Lock()  # guards _learner and _queue
+        self._run_lock = threading.RLock()  # held by the learner for a whole learn(), by direct calls while they run
+        self._learner: int | None = None
+        self._queue: list[tuple[Callable[[], Any], Future[Any]]] = []
+
+    # ------------------------------------------------------------------ learner side
+    def begin(self) -> None:
+        """``learn()`` starts on this thread: requests now wait for its boundaries."""
+        self._run_lock.acquire()
+        with self._lock:
+            self._learner = threading.get_ident()
+
+    def boundary(self) -> None:
+        """Run the queued requests (call on the learner's thread, between gradient steps)."""
+        if not self._queue:  # a racy read is fine: a request queued now runs at the next boundary
+            return
+        with self._lock:
+            pending, self._queue = self._queue, []
+        for fn, future in pending:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # the caller re-raises it
+                    future.set_exception(exc)
+
+    def end(self, failed: bool = False) -> None:
+        """``learn()`` ended: run what is queued (withdraw it if ``learn()`` failed), then serve requests at once."""
+        try:
+            with self._lock:
+                self._learner = None
+                if failed:
+                    pending, self._queue = self._queue, []
+                    for _, future in pending:
+                        if future.set_running_or_notify_cancel():
+                            future.set_exception(RuntimeError("learn() stopped with an error; nothing was changed"))
+            self.boundary()
+        finally:
+            self._run_lock.release()
+
+    def _call(self, fn: Callable[[], T], timeout: float = REQUEST_TIMEOUT_S) -> T:
+        if self._learner == threading.get_ident():
+            return fn()
+        future: Future[Any] = Future()
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if self._learner is not None:
+                    self._queue.append((fn, future))
+                    break
+            if self._run_lock.acquire(timeout=0.05):
+                try:
+                    return fn()
+                finally:
+                    self._run_lock.release()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the model was busy for {timeout} s; nothing was changed")
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            if future.cancel():  # still queued: withdrawn, nothing changed
+                raise TimeoutError(
+                    f"learn() reached no gradient-step boundary within {timeout} s; nothing was changed"
+                ) from None
+            return future.result()  # it is running: wait for it
+
+    # ------------------------------------------------------------------ API
+    def set_hyperparameters(self, values: dict[str, Any], source: str = "python") -> dict[str, Any]:
+        """Check all of ``values``, then apply them at the next boundary; return the current values.
+
+        Raises:
+            ValueError: unknown name, or a value of the wrong type or out of range (the message
+                names it and its valid range). Nothing changes, the other values included.
+            TimeoutError: ``learn()`` reached no boundary within :data:`REQUEST_TIMEOUT_S`; nothing changed.
+        """
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+        self.hyperparams.check(values)  # fail fast on the caller's thread; checked again when applied
+
+        def apply() -> dict[str, Any]:
+            self.hyperparams.check(values)
+            if self.snapshot_on_change:
+                self._snapshot(False)
+            self._log(self.hyperparams.apply(values), source)
+            return self.hyperparams.values()
+
+        return self._call(apply)
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The current values, by name."""
+        return self.hyperparams.values()
+
+    def hyperparameter_history(self) -> list[dict[str, Any]]:
+        """One dict per change: ``time`` (Unix s), ``num_timesteps``, ``name``, ``old``, ``new``, ``source``."""
+        return [dict(entry) for entry in self._history]
+
+    def snapshot(self, include_replay: bool = False) -> str:
+        """Save the policy, optimizers, hyperparameters and counters (and the replay if asked); return the id.
+
+        Raises:
+            ValueError: ``include_replay`` is not a bool, or there is no replay to save.
+        """
+        if not isinstance(include_replay, bool):
+            raise ValueError(f"include_replay must be a bool, got {include_replay!r}")
+        return self._call(lambda: self._snapshot(include_replay))
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        """Every snapshot taken, oldest first.
+
+        Keys: ``id``, ``time``, ``num_timesteps``, ``hyperparameters``, ``bytes``, ``include_replay``, ``path``.
+        """
+        return self.store.list()
+
+    def restore(self, snapshot_id: str, source: str = "python") -> dict[str, Any]:
+        """Roll the learner back to snapshot ``snapshot_id``; return the hyperparameters now in force.
+
+        Weights, optimizer states and SB3's tensors (SAC's ``log_ent_coef``) are loaded bit for bit,
+        the hyperparameters set as they were (changes logged as ``source``), the replay loaded if
+        the snapshot holds one. Counters (``num_timesteps``) keep counting.
+
+        Raises:
+            KeyError: no snapshot has that id.
+        """
+        self.store.record(snapshot_id)  # KeyError at once
+
+        def run() -> dict[str, Any]:
+            record = self.store.record(snapshot_id)
+            if record["include_replay"] and not self._replay_restorable:
+                warnings.warn(
+                    f"snapshot {snapshot_id} holds a replay, which is not restored: AsyncRunner's collectors write "
+                    "into the model's live replay; weights, optimizers and hyperparameters are",
+                    stacklevel=3,
+                )
+            wanted = {k: v for k, v in record["hyperparameters"].items() if k in self.hyperparams.names()}
+            self._log(self.hyperparams.apply(wanted), source, only_changed=True)
+            if not self._replay_restorable:
+                record["include_replay"] = False
+            self.store.load_into(self.model, snapshot_id, replay=record["include_replay"])
+            if self._after_restore is not None:
+                self._after_restore()
+            return self.hyperparams.values()
+
+        return self._call(run)
+
+    def status(self) -> dict[str, Any]:
+        """Counters: ``num_timesteps``, ``n_updates``, ``episodes``, ``learning`` (and what ``status`` adds)."""
+        model = self.model
+        out: dict[str, Any] = {
+            "algorithm": type(model).__name__,
+            "num_timesteps": int(model.num_timesteps),
+            "n_updates": int(getattr(model, "_n_updates", 0)),
+            "episodes": int(getattr(model, "_episode_num", 0)),
+            "learning": self._learner is not None,
+            "snapshots": len(self.store.list()),
+        }
+        if self._status is not None:
+            out.update(self._status())
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _snapshot(self, include_replay: bool) -> str:
+        return self.store.save(self.model, self.hyperparams.values(), include_replay)
+
+    def _log(self, changes: list[tuple[str, Any, Any]], source: str, only_changed: bool = False) -> None:
+        logger = getattr(self.model, "_logger", None)
+        now = time.time()
+        for name, old, new in changes:
+            if only_changed and old == new:
+                continue
+            self._history.append(
+                {
+                    "time": now,
+                    "num_timesteps": int(self.model.num_timesteps),
+                    "name": name,
+                    "old": old,
+                    "new": new,
+                    "source": source,
+                }
+            )
+            if logger is not None:
+                logger.record(f"unilab/hparams/{name}", new)

@@ -1,0 +1,459 @@
+"""The collector side of :class:`~unilab_gym.runtime.ray_pool.RayCollectorPool`: one Ray actor per collector.
+
+A :class:`CollectorActor` runs the same writer as a collector process
+(:class:`~unilab_gym.runtime.off_policy.ReplayWriter` or
+:class:`~unilab_gym.runtime.on_policy.RolloutWriter`), with the same env, CPU policy and seeds.
+It may run on another machine, so it cannot write the learner's shared memory: its writer writes
+into a *stage* instead, a storage of the same layout in the actor's own memory
+(:class:`ReplayStage`: a small replay ring; :class:`RolloutStage`: two rollout slots of its
+own envs), and the learner takes what is staged with :meth:`CollectorActor.exchange`::
+
+    actor thread "run"                       actor threads "exchange" (at most MAX_IN_FLIGHT)
+    ──────────────────────────────────       ──────────────────────────────────────────────────
+    writer.run(StagedCollector):             apply the learner's signals (budget, grant, ...)
+      act, step, write into the stage        take a new weight version (one ObjectRef for all)
+      (paused while the stage is full)       wait <= EXCHANGE_WAIT_S for data, then return the
+                                             staged rows / the finished rollout, the episode
+                                             and moment messages, this collector's counters
+
+The stage is a single-producer, single-consumer ring: the writer never overwrites what the
+learner has not taken (:meth:`StagedCollector.budget` and :meth:`StagedCollector.granted` also
+stop at the stage's room), so each exchange result is at most one stage of data and the object
+store holds at most ``MAX_IN_FLIGHT`` results per collector, whatever the run length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import socket
+import threading
+import time
+import traceback
+from dataclasses import replace
+from typing import Any, cast
+
+import numpy as np
+
+from unilab_gym.runtime.collector import Collector, CollectorSpec, make_vector_env
+from unilab_gym.runtime.control import (
+    _GLOBAL,
+    _METRICS,
+    _ROW,
+    BUDGET,
+    GRANTED,
+    LEARNING_STARTS,
+    PROGRESS,
+    PROGRESS_NS,
+    ROLLOUTS,
+    STOP,
+)
+from unilab_gym.runtime.control import TRANSITIONS as _TRANSITIONS
+from unilab_gym.shm import SHM_DIR
+
+#: Exchange requests each collector may have in flight (RLlib's ``max_requests_in_flight_per_env_runner``).
+MAX_IN_FLIGHT = 2
+#: Longest an exchange waits for new data before it returns what it has (its answer is also the heartbeat), in s.
+EXCHANGE_WAIT_S = 0.05
+#: An exchange returns at once when this many vector-env steps of transitions are staged (off-policy).
+EXCHANGE_MIN_STEPS = 4
+#: Off-policy stage: a ring of this many vector-env steps of transitions (capped at the learner's capacity).
+STAGE_STEPS = 64
+#: Name prefix of an off-policy stage's segment, then the owner's pid in hex and ``_`` (see :func:`sweep_stale_stages`).
+STAGE_PREFIX = "unistg"
+
+
+def sweep_stale_stages(shm_dir: str = SHM_DIR) -> list[str]:
+    """Unlink the off-policy stage segments in ``shm_dir`` whose owner process is gone; return their names.
+
+    A stage's segment is unlinked by its actor on exit, and by the actor's resource tracker if the
+    actor alone is killed; when Ray kills a node's processes together (a node that dies on a machine
+    that lives on, as in a local test cluster), nothing does. Every new actor, and the pool's
+    ``close()`` on the learner's host, therefore sweeps the stages of dead actors of its machine.
+    """
+    import psutil
+
+    swept = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(shm_dir):
+            if not name.startswith(STAGE_PREFIX):
+                continue
+            try:
+                pid = int(name[len(STAGE_PREFIX) :].split("_", 1)[0], 16)
+            except ValueError:
+                continue
+            if not psutil.pid_exists(pid):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(shm_dir, name))
+                    swept.append(name)
+    return swept
+
+
+class LocalControl:
+    """The counters table of :class:`~unilab_gym.runtime.control.Control` on plain numpy arrays (one process).
+
+    The learner's :class:`~unilab_gym.runtime.ray_pool.RayCollectorPool` keeps one as its
+    :class:`~unilab_gym.runtime.pool.Counters`; each actor keeps one for its :class:`StagedCollector`.
+
+    Args:
+        num_collectors: rows of the table.
+    """
+
+    def __init__(self, num_collectors: int):
+        self.num_collectors = num_collectors
+        self.globals = np.zeros(_GLOBAL, np.int64)
+        self.rows = np.zeros((num_collectors, _ROW), np.int64)
+        self.metrics = np.zeros((num_collectors, _METRICS), np.float64)
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.globals[STOP])
+
+    def total_transitions(self) -> int:
+        return int(self.rows[:, _TRANSITIONS].sum())
+
+    def close(self) -> None:
+        """Nothing to free (the interface of ``Control``)."""
+
+
+class LocalWeights:
+    """The reading side of :class:`~unilab_gym.runtime.weights.SharedWeights`, fed by :meth:`CollectorActor.exchange`.
+
+    ``read_published_ns`` is this actor's ``time.monotonic_ns()`` when the version arrived (clocks of
+    two machines do not compare), so the weight-sync latency is arrival to use.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self._latest: tuple[int, np.ndarray | None, int] = (0, None, 0)
+        self.read_published_ns = 0
+
+    @property
+    def version(self) -> int:
+        return self._latest[0]
+
+    def offer(self, version: int, values: np.ndarray) -> None:
+        """Keep ``values`` ((size,) float32) as ``version`` if it is newer than what is held."""
+        if version > self._latest[0]:
+            self._latest = (version, values, time.monotonic_ns())
+
+    def read(self, out: np.ndarray) -> int:
+        version, values, arrived = self._latest  # one tuple: never torn
+        if values is not None:
+            out[:] = values
+        self.read_published_ns = arrived
+        return version
+
+
+class Outbox:
+    """The actor's stand-in for a collector process's pipe: ``send`` queues a message for the next exchange."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._messages: list[tuple[Any, ...]] = []
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._messages.append(message)
+
+    def take(self) -> list[tuple[Any, ...]]:
+        with self._lock:
+            taken, self._messages = self._messages, []
+        return taken
+
+
+class ReplayStage:
+    """Off-policy stage: a replay ring of the learner's layout in this actor's memory.
+
+    Args:
+        writer: the learner's :class:`~unilab_gym.runtime.off_policy.ReplayWriter`.
+        num_envs: envs of the collector.
+
+    :ivar writer: the same writer, writing into the stage.
+    """
+
+    def __init__(self, writer: Any, num_envs: int):
+        from unilab_gym.replay import ReplayStorage
+
+        handle = writer.replay
+        self.capacity = min(handle.capacity, STAGE_STEPS * num_envs)
+        self._num_envs = num_envs
+        self._ring = ReplayStorage(handle.layout, self.capacity, prefix=f"{STAGE_PREFIX}{os.getpid():x}_")
+        self.writer = replace(writer, replay=self._ring.handle)
+        self._taken = 0  # ring rows taken by the learner
+
+    def staged(self, row: np.ndarray) -> int:
+        """Rows written and not yet taken."""
+        return self._ring.committed - self._taken
+
+    def ready(self, row: np.ndarray) -> bool:
+        return self.staged(row) >= EXCHANGE_MIN_STEPS * self._num_envs
+
+    def limit_budget(self, budget: int, total: int, row: np.ndarray) -> int:
+        """``budget`` lowered so that one more step (``num_envs`` rows) never overwrites a row not yet taken."""
+        room = self.capacity - self.staged(row)
+        return min(budget, total + room - self._num_envs + 1)
+
+    def limit_granted(self, granted: int) -> int:
+        return granted
+
+    def attached(self) -> None:
+        """The writer has attached the ring (its name stays: attachers check it; see :func:`sweep_stale_stages`)."""
+
+    def take(self, row: np.ndarray) -> dict[str, Any] | None:
+        """The staged rows, ``{"rows": (n, width) float32}`` in write order, or ``None`` if none."""
+        committed = self._ring.committed
+        n = committed - self._taken
+        if n <= 0:
+            return None
+        rows = self._ring.block.take(np.arange(self._taken, committed) % self.capacity, axis=0)
+        self._taken = committed
+        return {"rows": rows}
+
+    def close(self) -> None:
+        self._ring.close()
+
+
+#: The arrays of one rollout that an actor ships (the rollout storage's fields but ``versions``).
+ROLLOUT_FIELDS = (
+    "observations",
+    "actions",
+    "rewards",
+    "episode_starts",
+    "values",
+    "log_probs",
+    "last_obs",
+    "last_values",
+    "last_dones",
+)
+
+
+class RolloutStage:
+    """On-policy stage: two rollout slots of this collector's envs in this actor's memory.
+
+    Args:
+        writer: the learner's :class:`~unilab_gym.runtime.on_policy.RolloutWriter`.
+        num_envs: envs of the collector.
+        index: the collector's index.
+        rollouts_done: rollouts the learner already has from this collector (a replacement redoes the next).
+    """
+
+    def __init__(self, writer: Any, num_envs: int, index: int, rollouts_done: int):
+        from unilab_gym.runtime.rollout import RolloutStorage
+
+        h = writer.rollouts
+        self._slots = RolloutStorage.create(h.n_steps, num_envs, h.obs_shape, h.action_dim, h.num_collectors)
+        self.writer = replace(writer, rollouts=self._slots.handle, column=0)
+        self._index = index
+        self._shipped = rollouts_done
+
+    def ready(self, row: np.ndarray) -> bool:
+        return int(row[ROLLOUTS]) > self._shipped
+
+    def limit_budget(self, budget: int, total: int, row: np.ndarray) -> int:
+        return budget
+
+    def attached(self) -> None:
+        """The writer has mapped the slots: unlink their name, so no ``/dev/shm`` entry outlives this process."""
+        from multiprocessing import resource_tracker
+
+        name = self._slots.handle.name
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(SHM_DIR, name))
+            resource_tracker.unregister("/" + name, "shared_memory")
+
+    def limit_granted(self, granted: int) -> int:
+        """A rollout may start only in a slot whose previous rollout was taken."""
+        from unilab_gym.runtime.rollout import SLOTS
+
+        return min(granted, self._shipped + SLOTS)
+
+    def take(self, row: np.ndarray) -> dict[str, Any] | None:
+        """The oldest finished rollout not yet taken: ``{"rollout": k, "version": v, <field>: array}``, or ``None``."""
+        from unilab_gym.runtime.rollout import SLOTS
+
+        if int(row[ROLLOUTS]) <= self._shipped:
+            return None
+        k = self._shipped
+        slot = k % SLOTS
+        block: dict[str, Any] = {name: _slot_copy(getattr(self._slots, name), slot) for name in ROLLOUT_FIELDS}
+        block["rollout"] = k
+        block["version"] = int(self._slots.versions[slot, self._index])
+        self._shipped = k + 1
+        return block
+
+    def close(self) -> None:
+        self._slots.close()
+
+
+def _slot_copy(field: Any, slot: int) -> Any:
+    """A copy of ``field[slot]`` (per key for a ``Dict`` observation's ``{key: array}``)."""
+    if isinstance(field, dict):
+        return {key: part[slot].copy() for key, part in field.items()}
+    return field[slot].copy()
+
+
+class StagedCollector(Collector):
+    """A :class:`~unilab_gym.runtime.collector.Collector` whose writes go to a stage.
+
+    Its learner signals are the learner's, lowered so the writer never overruns the stage; each
+    read of :attr:`running` also wakes a waiting exchange.
+    """
+
+    def __init__(self, spec: CollectorSpec, env: Any, policy: Any, actor: CollectorActor, stage: Any):
+        super().__init__(spec, env, policy, cast(Any, actor.weights), cast(Any, actor.control), cast(Any, actor.outbox))
+        self._stage = stage
+        self._wake = actor.wake
+        self.control = actor.control
+        self._attached = False
+
+    @property
+    def running(self) -> bool:
+        """False once the learner stopped this actor; each read is the heartbeat and wakes a waiting exchange.
+
+        Unlike a process, an actor does not watch its parent (the raylet): Ray ends the actors of a
+        dead node or driver itself, and the learner sees that as the actor's death.
+        """
+        row = self.row
+        row[PROGRESS] += 1
+        row[PROGRESS_NS] = time.monotonic_ns()
+        alive = not self.control.stopped
+        if not self._attached:  # the writer reads this first after it attached its storage
+            self._attached = True
+            self._stage.attached()
+        self._wake.set()
+        return alive
+
+    def budget(self) -> int:
+        return self._stage.limit_budget(super().budget(), self.total_transitions(), self.row)
+
+    def granted(self) -> int:
+        return int(self._stage.limit_granted(super().granted()))
+
+
+class CollectorActor:
+    """One collector as a Ray actor (the pool wraps this class with ``ray.remote``; see the module docstring).
+
+    Args:
+        spec: the collector's :class:`~unilab_gym.runtime.collector.CollectorSpec` (its ``policy`` is unused).
+        policy_bytes: the policy module, saved with ``torch.save``.
+        row: int64: the learner's counters row of this collector (its totals so far).
+        num_collectors: collectors of the pool.
+        weights_size: float32 values of one weight version.
+    """
+
+    def __init__(
+        self, spec: CollectorSpec, policy_bytes: bytes, row: np.ndarray, num_collectors: int, weights_size: int
+    ):
+        import ray
+
+        self.spec = spec
+        self._policy_bytes = policy_bytes
+        self.control = LocalControl(num_collectors)
+        self.control.rows[spec.index] = row
+        self.weights = LocalWeights(weights_size)
+        self.outbox = Outbox()
+        self.wake = threading.Event()
+        self._lock = threading.Lock()  # one exchange takes from the stage at a time; close waits for it
+        self._stage: Any = None
+        self._finished = False
+        self._signals_seq = -1
+        self._node_id = ray.get_runtime_context().get_node_id()
+
+    def run(self) -> str | None:
+        """Run the writer until the learner stops it; return ``None``, or the traceback of what it raised."""
+        opened: list[Any] = []
+        try:
+            self._run(opened)
+            return None
+        except BaseException:
+            return traceback.format_exc()
+        finally:
+            with self._lock:
+                self._finished = True
+                self._stage = None
+                for resource in reversed(opened):
+                    with contextlib.suppress(Exception):
+                        resource.close()
+
+    def _run(self, opened: list[Any]) -> None:
+        import torch
+
+        from unilab_gym.runtime.off_policy import ReplayWriter
+
+        spec = self.spec
+        sweep_stale_stages()
+        torch.set_num_threads(1)
+        torch.manual_seed(spec.seed)
+        np.random.seed(spec.seed % 2**32)
+        policy = torch.load(io.BytesIO(self._policy_bytes), weights_only=False)
+        policy.eval()
+        row = self.control.rows[spec.index]
+        if isinstance(spec.writer, ReplayWriter):
+            stage: Any = ReplayStage(spec.writer, spec.num_envs)
+        else:
+            stage = RolloutStage(spec.writer, spec.num_envs, spec.index, int(row[ROLLOUTS]))
+        opened.append(stage)
+        spec = replace(spec, writer=stage.writer, parent_pid=os.getppid())
+        env = make_vector_env(spec, spec.writer.autoreset_mode)
+        opened.append(env)
+        collector = StagedCollector(spec, env, policy, self, stage)
+        with self._lock:
+            self._stage = stage
+        spec.writer.run(collector)
+
+    def exchange(
+        self, seq: int, signals: tuple[int, int, int], totals: np.ndarray, weights: tuple[int, list[Any]] | None
+    ) -> dict[str, Any]:
+        """Take the learner's signals and newest weights; return what was staged since the last exchange.
+
+        Args:
+            seq: the request's number (0, 1, ...): only signals newer than those applied are applied.
+            signals: ``(budget, learning_starts, granted)`` as the learner set them.
+            totals: int64 ``(num_collectors,)``: transitions the learner took from each collector.
+            weights: ``(version, [ObjectRef of the (weights_size,) float32 vector])``, or ``None`` if unchanged.
+
+        Returns:
+            ``{"data": stage data or None, "messages": [...], "row": int64 counters row,
+            "metrics": float64 metrics row, "node_id": hex str, "pid": int, "host": str, "finished": bool,
+            "weights_version": newest version held}``.
+        """
+        import ray
+
+        control, index = self.control, self.spec.index
+        if weights is not None:  # before the signals: a rollout granted with these weights starts with them
+            version, (ref,) = weights
+            self.weights.offer(version, ray.get(ref))
+        with self._lock:
+            if seq > self._signals_seq:  # requests may run out of order: the newest signals win
+                self._signals_seq = seq
+                others = np.arange(control.num_collectors) != index
+                control.rows[others, _TRANSITIONS] = totals[others]  # before the budget: the writer's total grows
+                control.globals[BUDGET], control.globals[LEARNING_STARTS], control.globals[GRANTED] = signals
+        deadline = time.monotonic() + EXCHANGE_WAIT_S
+        row = control.rows[index]
+        while not self._finished and time.monotonic() < deadline:
+            stage = self._stage
+            if stage is not None and stage.ready(row):
+                break
+            self.wake.wait(max(0.0, deadline - time.monotonic()))
+            self.wake.clear()
+        with self._lock:
+            data = self._stage.take(row) if self._stage is not None else None
+            messages = self.outbox.take()  # after the data: the moments sent before a rollout finished come with it
+        return {
+            "data": data,
+            "messages": messages,
+            "row": row.copy(),
+            "metrics": control.metrics[index].copy(),
+            "node_id": self._node_id,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "finished": self._finished,
+            "weights_version": self.weights.version,
+        }
+
+    def stop(self) -> None:
+        """Ask the writer to return (it notices within one step)."""
+        self.control.globals[STOP] = 1

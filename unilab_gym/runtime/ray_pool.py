@@ -1,0 +1,540 @@
+""":class:`RayCollectorPool`: collectors as Ray actors, on this machine or on the nodes of a Ray cluster.
+
+::
+
+    node A: actor 0 ─┐  stage → exchange result ┐                      ┌─► model.train() (stock SB3)
+    node B: actor 1 ─┼──────── Ray object store ─┼─► learner: poll() ───┤   same SharedReplayBuffer /
+       ...          ─┘      (<= MAX_IN_FLIGHT    ┘   ingests in order   └── rollout storage as processes
+                 ▲            per collector)                │
+                 └──── one ray.put per weight version ◄─────┘
+
+The second implementation of :class:`~unilab_gym.runtime.pool.CollectorPool`, after
+:class:`~unilab_gym.runtime.process_pool.ProcessCollectorPool`. Each collector is a
+:class:`~unilab_gym.runtime.ray_collector.CollectorActor` running the family's writer into a
+stage in its own memory. The learner keeps a :class:`~unilab_gym.runtime.ray_collector.LocalControl`
+counters table that it updates from what the actors report, and :meth:`RayCollectorPool.poll`
+keeps at most :data:`~unilab_gym.runtime.ray_collector.MAX_IN_FLIGHT` ``exchange`` requests in
+flight per collector (RLlib's ``FaultTolerantActorManager`` design: ``ray.wait`` on the
+requests, a cap per actor, faults seen on the request). Each result is ingested, in request
+order, into the learner's replay (rows copied into a reservation of the ``ReplayStorage``) or
+rollout storage (the collector's env columns of the rollout's slot); the counters the loops read
+(``TRANSITIONS``, ``ROLLOUTS``) count what was ingested, so replay ratio, ``learning_starts``,
+backpressure and policy lag keep their meaning. Each published weight version is one ``ray.put``;
+its ObjectRef rides on each collector's next request.
+
+Faults: a remote exception comes back as the traceback ``run`` returns; a dead actor or node
+(``RayActorError``) or an actor whose heartbeat stops for ``collector_timeout_s`` is killed and,
+within ``max_restarts``, replaced by a new actor scheduled wherever its resources are free, with
+the seeds of its restart count and the current weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import os
+import socket
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from unilab_gym.runtime.collector import CollectorSpec
+from unilab_gym.runtime.control import (
+    PROGRESS,
+    PROGRESS_NS,
+    READY,
+    ROLLOUTS,
+    STEP_CALLS,
+    TERMINATED,
+    TRANSITIONS,
+    TRUNCATED,
+    VERSION,
+)
+from unilab_gym.runtime.errors import CollectorError
+from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, CollectorStatus, Counters, Reports
+from unilab_gym.runtime.ray_collector import (
+    MAX_IN_FLIGHT,
+    ROLLOUT_FIELDS,
+    CollectorActor,
+    LocalControl,
+    sweep_stale_stages,
+)
+
+#: What ``backend="ray"`` needs when Ray is not installed.
+INSTALL_HINT = 'pip install "unilab-gym[ray]"'
+#: Least time a collector still starting (scheduling, imports, env) gets before it counts as hung, in s.
+START_TIMEOUT_S = 60.0
+#: Longest :meth:`RayCollectorPool.close` waits for actors to return from their loop before killing them, in s.
+JOIN_TIMEOUT_S = 3.0
+#: Counter fields an actor reports and the learner copies (each only grows during one actor's life).
+_REPORTED = [VERSION, TERMINATED, TRUNCATED, STEP_CALLS, READY, PROGRESS]
+
+
+def import_ray() -> Any:
+    """Import Ray, or raise ``ImportError`` naming ``pip install "unilab-gym[ray]"``."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(f'backend="ray" needs Ray: {INSTALL_HINT}') from exc
+    return ray
+
+
+def check_resources(resources: Any) -> dict[str, float]:
+    """Validate ``collector_resources``: a dict of Ray resource names to amounts >= 0 (``None``: ``{"CPU": 1}``)."""
+    if resources is None:
+        return {"CPU": 1.0}
+    if not isinstance(resources, dict) or not resources:
+        raise ValueError(f"collector_resources must be a non-empty dict such as {{'collector': 1}}, got {resources!r}")
+    out: dict[str, float] = {}
+    for name, amount in resources.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"collector_resources keys must be resource names, got {name!r}")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not 0 <= amount < float("inf"):
+            raise ValueError(f"collector_resources[{name!r}] must be a finite number >= 0, got {amount!r}")
+        out[name] = float(amount)
+    return out
+
+
+class RayCollectorPool(CollectorPool):
+    """Collectors as Ray actors (see the module docstring).
+
+    Args:
+        setup: what the collectors run (see :class:`~unilab_gym.runtime.pool.CollectorSetup`).
+        ray_address: if Ray is not initialised, ``ray.init(address=ray_address)`` (``None``: a local
+            instance with the dashboard off; ``"auto"``: the cluster this machine belongs to); the
+            pool then shuts Ray down on :meth:`close`. If Ray is initialised, its cluster is used and
+            left running.
+        collector_resources: the Ray resource request of each actor, e.g. ``{"collector": 1}``
+            (``"CPU"`` and ``"GPU"`` map to ``num_cpus`` / ``num_gpus``). Default ``{"CPU": 1}``.
+
+    Raises:
+        ImportError: Ray is not installed (the message names ``pip install "unilab-gym[ray]"``).
+        ValueError: bad ``collector_resources`` (nothing is started).
+    """
+
+    def __init__(self, setup: CollectorSetup, ray_address: str | None = None, collector_resources: Any = None):
+        ray = import_ray()
+        resources = check_resources(collector_resources)
+        self._resources = dict(resources)
+        if ray_address is not None and not isinstance(ray_address, str):
+            raise ValueError(f"ray_address must be a str such as 'auto' or 'host:6379', or None, got {ray_address!r}")
+        self.setup = setup
+        self._ray = ray
+        self._closed = True  # until fully constructed
+        self._owns_ray = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"address": ray_address, "configure_logging": False}
+            if ray_address is None:
+                kwargs["include_dashboard"] = False
+            ray.init(**kwargs)
+            self._owns_ray = True
+        options: dict[str, Any] = {"num_cpus": resources.pop("CPU", 0.0), "max_concurrency": 1 + MAX_IN_FLIGHT}
+        if "GPU" in resources:
+            options["num_gpus"] = resources.pop("GPU")
+        if resources:
+            options["resources"] = resources
+        self._actor_class = ray.remote(max_restarts=0, max_task_retries=0)(CollectorActor).options(**options)
+        n = setup.num_collectors
+        self._table = LocalControl(n)
+        self._restarts_of = [0] * n
+        self._faults = self._restarts = 0
+        self._budget = self._learning_starts = self._granted = 0
+        self._version = 0
+        self._weights_ref: Any = None
+        self._weights_nbytes = 0
+        self._policy_ref: Any = None
+        self._actors: list[Any] = []
+        self._run_refs: list[Any] = []
+        self._generation = [0] * n  # bumped at each restart: results of a replaced actor are dropped
+        self._next_seq = [0] * n  # exchange requests issued to the current actor
+        self._next_ingest = [0] * n  # the next request whose result is ingested (in order)
+        self._in_flight: dict[Any, tuple[int, int, int]] = {}  # ref -> (collector, generation, seq)
+        self._arrived: list[dict[int, Any]] = [{} for _ in range(n)]  # seq -> result, waiting for earlier ones
+        self._acked_version = [0] * n
+        self._progress_seen = [-1] * n
+        self._node_of: list[str] = [""] * n
+        self._pid_of: list[int | None] = [None] * n
+        self._host_of: list[str] = [""] * n
+        self._result_nbytes = [0] * n
+        self._replay: Any = None
+        self._rollouts: Any = None
+        #: transitions ingested into the learner's storage so far.
+        self.ingested = 0
+        #: learner seconds spent ingesting: taking results from the object store and copying them into storage.
+        self.ingest_s = 0.0
+        #: the learner thread's CPU seconds in the same (what other processes on the machine do not inflate).
+        self.ingest_cpu_s = 0.0
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self._actors:
+            return
+        import torch
+
+        from unilab_gym.runtime.off_policy import ReplayWriter
+
+        buffer = io.BytesIO()
+        torch.save(copy.deepcopy(self.setup.policy).to("cpu"), buffer)
+        self._policy_ref = self._ray.put(buffer.getvalue())  # one copy in the object store for every actor
+        writer: Any = self.setup.writers[0]
+        if isinstance(writer, ReplayWriter):
+            from unilab_gym.replay import ReplayStorage
+
+            self._replay = ReplayStorage.attach(writer.replay)
+        else:
+            from unilab_gym.runtime.rollout import RolloutStorage
+
+            self._rollouts = RolloutStorage.attach(writer.rollouts)
+        for c in range(self.num_collectors):
+            self._actors.append(None)
+            self._run_refs.append(None)
+            self._spawn(c)
+        self._top_up()
+
+    def _spawn(self, c: int) -> None:
+        """Start the actor of collector ``c`` (a replacement gets the seeds of its restart count)."""
+        setup, restarts = self.setup, self._restarts_of[c]
+        spec = CollectorSpec(
+            index=c,
+            num_envs=setup.envs_per_collector,
+            env_seed=setup.env_seed(c, restarts),
+            seed=setup.torch_seed(c, restarts),
+            policy=("", 0),
+            writer=setup.writers[c],
+            env_id=setup.env_id,
+            env_fn=setup.env_fn,
+            env_kwargs=setup.collector_env_kwargs(c, restarts),
+        )
+        row = self._table.rows[c].copy()
+        actor = self._actor_class.remote(spec, self._policy_ref, row, self.num_collectors, setup.weights_size)
+        self._actors[c] = actor
+        self._run_refs[c] = actor.run.remote()
+        self._next_seq[c] = self._next_ingest[c] = 0
+        self._arrived[c] = {}
+        self._acked_version[c] = 0
+        self._progress_seen[c] = -1
+        self._node_of[c], self._pid_of[c], self._host_of[c] = "", None, ""
+        self._table.rows[c, PROGRESS_NS] = time.monotonic_ns()  # its heartbeat runs from now: start-up counts
+
+    def close(self) -> None:
+        """Stop every actor (``JOIN_TIMEOUT_S`` to return from its loop, then ``ray.kill``); shut Ray down if
+        the pool started it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        ray = self._ray
+        actors = [a for a in self._actors if a is not None]
+        try:
+            for actor in actors:
+                actor.stop.remote()
+            runs = [r for r in self._run_refs if r is not None]
+            if runs:
+                ray.wait(runs, num_returns=len(runs), timeout=JOIN_TIMEOUT_S)
+        except Exception:  # a dead cluster: nothing left to stop gracefully
+            pass
+        for actor in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+        host = socket.gethostname()
+        pids = [pid for pid, h in zip(self._pid_of, self._host_of) if pid is not None and h == host]
+        self._actors, self._run_refs, self._in_flight = [], [], {}
+        self._weights_ref = self._policy_ref = None
+        for storage in (self._replay, self._rollouts):
+            if storage is not None:
+                storage.close()
+        self._replay = self._rollouts = None
+        _wait_gone(pids, JOIN_TIMEOUT_S)
+        if host in self._host_of:  # stages of actors killed with their node, on this machine (a local cluster)
+            sweep_stale_stages()
+        if self._owns_ray:
+            ray.shutdown()
+
+    # ------------------------------------------------------------------ weights and signals
+    def publish_weights(self, weights: np.ndarray) -> int:
+        self._version += 1
+        self._weights_ref = self._ray.put(np.asarray(weights, np.float32))
+        self._weights_nbytes = int(np.asarray(weights).nbytes)
+        return self._version
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    def set_budget(self, transitions: int) -> None:
+        self._budget = int(transitions)
+
+    def set_learning_starts(self, transitions: int) -> None:
+        self._learning_starts = int(transitions)
+
+    def grant_rollouts(self, count: int) -> None:
+        self._granted = max(self._granted, int(count))
+
+    # ------------------------------------------------------------------ counters and status
+    @property
+    def counters(self) -> Counters:
+        return self._table
+
+    @property
+    def faults(self) -> int:
+        return self._faults
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    @property
+    def bytes_in_flight(self) -> int:
+        """Estimated object-store bytes of the exchange results in flight (each request ~ its collector's last)."""
+        counts = [0] * self.num_collectors
+        for c, _, _ in list(self._in_flight.values()):
+            counts[c] += 1
+        return int(sum(k * b for k, b in zip(counts, self._result_nbytes)))
+
+    def status(self) -> list[CollectorStatus]:
+        if self._closed:
+            return []
+        rows = self._table.rows.copy()
+        return [
+            CollectorStatus(
+                index=c,
+                node_id=self._node_of[c],
+                pid=self._pid_of[c],
+                env_steps=int(rows[c, TRANSITIONS]),
+                weight_version=int(rows[c, VERSION]),
+                restarts=self._restarts_of[c],
+            )
+            for c in range(self.num_collectors)
+        ]
+
+    # ------------------------------------------------------------------ exchanges
+    def _top_up(self) -> None:
+        """Issue exchange requests until each live collector has ``MAX_IN_FLIGHT``."""
+        if not self._actors:
+            return
+        totals = self._table.rows[:, TRANSITIONS].copy()
+        signals = (self._budget, self._learning_starts, self._granted)
+        pending = [0] * self.num_collectors
+        for c, _, _ in self._in_flight.values():
+            pending[c] += 1
+        for c, actor in enumerate(self._actors):
+            for _ in range(MAX_IN_FLIGHT - pending[c]):
+                weights = None
+                if self._weights_ref is not None and self._acked_version[c] < self._version:
+                    # on every request until the actor has it: a request's signals (a grant) apply only after
+                    # its weights. In a list: the actor gets the ref, and its node fetches the object once.
+                    weights = (self._version, [self._weights_ref])
+                ref = actor.exchange.remote(self._next_seq[c], signals, totals, weights)
+                self._in_flight[ref] = (c, self._generation[c], self._next_seq[c])
+                self._next_seq[c] += 1
+
+    def wait(self, timeout: float) -> None:
+        refs = list(self._in_flight) + [r for r in self._run_refs if r is not None]
+        if refs:
+            self._ray.wait(refs, num_returns=1, timeout=timeout)
+
+    def poll(self) -> Reports:
+        reports = Reports()
+        if not self._actors:
+            return reports
+        ray = self._ray
+        faults: dict[int, CollectorError] = {}
+        refs = list(self._in_flight)
+        if refs:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in ready:
+                c, generation, seq = self._in_flight.pop(ref)
+                if generation != self._generation[c] or c in faults:
+                    continue
+                try:
+                    t0, cpu0 = time.perf_counter(), time.thread_time()
+                    self._arrived[c][seq] = ray.get(ref)
+                    self.ingest_s += time.perf_counter() - t0
+                    self.ingest_cpu_s += time.thread_time() - cpu0
+                except ray.exceptions.RayTaskError as exc:  # a bug in the exchange itself
+                    faults[c] = self._error(c, "raised an exception", traceback=str(exc))
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                    faults[c] = self._died(c, exc)
+        for c in range(self.num_collectors):
+            if c not in faults:
+                self._ingest_arrived(c, reports)
+        for c, run in enumerate(self._run_refs):
+            if c in faults or run is None:
+                continue
+            done, _ = ray.wait([run], timeout=0)
+            if done:
+                try:
+                    tb = ray.get(run)
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                    faults[c] = self._died(c, exc)
+                    continue
+                if tb is not None:
+                    faults[c] = self._error(c, "raised an exception", traceback=tb)
+                else:
+                    faults[c] = self._error(c, "returned from its loop without being stopped")
+        since = self.seconds_since_progress()
+        timeout = self.setup.collector_timeout_s
+        limits = np.where(self._table.rows[:, READY] > 0, timeout, max(timeout, START_TIMEOUT_S))
+        for hung in np.flatnonzero(since > limits):
+            c = int(hung)
+            if c not in faults:
+                started = bool(self._table.rows[c, READY])
+                faults[c] = self._error(
+                    c,
+                    f"made no progress for {since[c]:.1f} s (collector_timeout_s={timeout:g}) "
+                    + (
+                        f"while starting (does a node have free collector_resources {self._resources}?)"
+                        if not started
+                        else "in its loop: it is hung, or its node is unreachable"
+                    )
+                    + "; killed it",
+                    seconds_since_progress=float(since[c]),
+                )
+        for c, fault in sorted(faults.items()):
+            self._faults += 1
+            if self._restarts >= self.setup.max_restarts:
+                raise fault
+            self._restart(c, fault)
+        self._top_up()
+        return reports
+
+    def _ingest_arrived(self, c: int, reports: Reports) -> None:
+        """Ingest collector ``c``'s results that are next in request order."""
+        arrived = self._arrived[c]
+        while self._next_ingest[c] in arrived:
+            result = arrived.pop(self._next_ingest[c])
+            self._next_ingest[c] += 1
+            self._ingest(c, result, reports)
+
+    def _ingest(self, c: int, result: dict[str, Any], reports: Reports) -> None:
+        for kind, *payload in result["messages"]:
+            if kind == "episodes":
+                reports.episode_returns.extend(payload[0])
+                reports.episode_lengths.extend(payload[1])
+            elif kind == "moments":
+                reports.moments.append((payload[0], payload[1]))
+        data = result["data"]
+        nbytes = 0
+        if data is not None:
+            t0, cpu0 = time.perf_counter(), time.thread_time()
+            if "rows" in data:
+                nbytes = self._ingest_rows(c, data["rows"])
+            else:
+                nbytes = self._ingest_rollout(c, data)
+            self.ingest_s += time.perf_counter() - t0
+            self.ingest_cpu_s += time.thread_time() - cpu0
+        self._result_nbytes[c] = max(nbytes, 1024)
+        row, rows = result["row"], self._table.rows
+        rows[c, _REPORTED] = np.maximum(rows[c, _REPORTED], row[_REPORTED])
+        if row[PROGRESS] > self._progress_seen[c]:
+            self._progress_seen[c] = int(row[PROGRESS])
+            rows[c, PROGRESS_NS] = time.monotonic_ns()  # the learner's clock: actors' clocks do not compare
+            self._table.metrics[c] = result["metrics"]
+        self._node_of[c], self._pid_of[c], self._host_of[c] = result["node_id"], result["pid"], result["host"]
+        self._acked_version[c] = max(self._acked_version[c], result["weights_version"])
+
+    def _ingest_rows(self, c: int, rows: np.ndarray) -> int:
+        """Copy ``rows`` ((n, width) float32) into a reservation of the learner's replay; count them."""
+        storage, n = self._replay, len(rows)
+        res = storage.reserve(n)
+        block = storage.block
+        for r0, r1, s0, s1 in res.pieces:
+            block[r0:r1] = rows[s0:s1]
+        storage.commit(res)
+        self._table.rows[c, TRANSITIONS] += n
+        self.ingested += n
+        return int(rows.nbytes)
+
+    def _ingest_rollout(self, c: int, data: dict[str, Any]) -> int:
+        """Copy rollout ``data["rollout"]`` into collector ``c``'s env columns of its slot; count it."""
+        from unilab_gym.runtime.rollout import SLOTS
+
+        storage, k = self._rollouts, int(data["rollout"])
+        slot, e = k % SLOTS, self.setup.envs_per_collector
+        cols = slice(c * e, (c + 1) * e)
+        nbytes = 0
+        for name in ROLLOUT_FIELDS:
+            target, value = getattr(storage, name), data[name]
+            index = (slot, cols) if name.startswith("last_") else (slot, slice(None), cols)
+            pairs = [(target[k], value[k]) for k in target] if isinstance(target, dict) else [(target, value)]
+            for array, part in pairs:  # a Dict observation: one array per key
+                array[index] = part
+                nbytes += part.nbytes
+        storage.versions[slot, c] = data["version"]
+        transitions = data["rewards"].size
+        self._table.rows[c, TRANSITIONS] += transitions
+        self.ingested += transitions
+        self._table.rows[c, ROLLOUTS] = k + 1  # after the data: the loop reads a slot once every row passed it
+        return nbytes
+
+    # ------------------------------------------------------------------ faults
+    def _where(self, c: int) -> str:
+        pid, node = self._pid_of[c], self._node_of[c]
+        return f"collector {c} (pid {pid if pid is not None else '?'}, node {node or 'not known yet'})"
+
+    def _error(
+        self, c: int, what: str, *, traceback: str | None = None, seconds_since_progress: float | None = None
+    ) -> CollectorError:
+        if seconds_since_progress is not None and self._actors[c] is not None:
+            with contextlib.suppress(Exception):
+                self._ray.kill(self._actors[c], no_restart=True)
+        return CollectorError(
+            f"{self._where(c)} {what}",
+            collector=c,
+            pid=self._pid_of[c],
+            exitcode=None,
+            traceback=traceback,
+            seconds_since_progress=seconds_since_progress,
+        )
+
+    def _died(self, c: int, exc: BaseException) -> CollectorError:
+        """The error for collector ``c``, whose actor (or its node) died: names the node and Ray's cause."""
+        node = self._node_of[c]
+        cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        node_dead = False
+        if node:
+            with contextlib.suppress(Exception):
+                node_dead = any(n["NodeID"] == node and not n["Alive"] for n in self._ray.nodes())
+        what = f"died: its node {node} died" if node_dead else "died"
+        return CollectorError(
+            f"{self._where(c)} {what} ({type(exc).__name__}: {cause})",
+            collector=c,
+            pid=self._pid_of[c],
+            exitcode=None,
+            traceback=None,
+        )
+
+    def _restart(self, c: int, fault: CollectorError) -> None:
+        """Replace collector ``c`` after ``fault`` with a new actor, wherever its resources are free."""
+        with contextlib.suppress(Exception):
+            self._ray.kill(self._actors[c], no_restart=True)
+        self._restarts += 1
+        self._restarts_of[c] += 1
+        self._generation[c] += 1
+        head = str(fault).split("\n\n--- collector")[0]
+        if fault.traceback:
+            head += ": " + fault.traceback.strip().splitlines()[-1]
+        warnings.warn(
+            f"{head}; restarting it ({self._restarts} of max_collector_restarts={self.setup.max_restarts})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        self._table.rows[c, READY] = 0
+        self._table.rows[c, VERSION] = 0
+        self._table.rows[c, PROGRESS] = 0
+        self._spawn(c)
+
+
+def _wait_gone(pids: list[int], timeout: float) -> None:
+    """Wait up to ``timeout`` s for the processes ``pids`` (actors on this machine) to exit."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        if pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.TimeoutExpired, psutil.AccessDenied, ChildProcessError):
+            psutil.Process(pid).wait(max(0.0, deadline - time.monotonic()))
