@@ -8,6 +8,7 @@ import threading
 import time
 import urllib.request
 
+import numpy as np
 import pytest
 import torch
 
@@ -93,15 +94,23 @@ def test_sac_runner_http_changes_mid_run_snapshot_restore_and_one_port(tmp_path)
         # the new ratio counts from the change: steps before it stand
         assert model._n_updates <= (changed_at - 10) * 0.25 + (200 - changed_at) * 0.5 + 1
 
-        sid = httpx.post(f"{url}/api/v1/snapshots", headers=h, json={"include_replay": False}).json()["id"]
+        sid = httpx.post(f"{url}/api/v1/snapshots", headers=h, json={"include_replay": True}).json()["id"]
         saved = params(model)
+        replay = model.replay_buffer
+        saved_rows, saved_size = replay.storage.block.copy(), replay.storage.committed
         runner.learn(40, reset_num_timesteps=False)
+        assert replay.storage.committed > saved_size
         version = runner._pool.weight_version
         runner.set_hyperparameters(learning_rate=5e-3)
         r = httpx.post(f"{url}/api/v1/snapshots/{sid}/restore", headers=h)
         assert r.status_code == 200 and r.json()["hyperparameters"]["learning_rate"] == 1e-3
         assert all(torch.equal(v, saved[k]) for k, v in model.policy.state_dict().items())
         assert runner._pool.weight_version == version + 1  # collectors get the restored weights
+        # the replay is rolled back in place: the same segment, the snapshot's transitions
+        assert model.replay_buffer is replay and replay.storage.committed == saved_size
+        np.testing.assert_array_equal(replay.storage.block[:saved_size], saved_rows[:saved_size])
+        runner.learn(20, reset_num_timesteps=False)  # collectors write on into the restored replay
+        assert replay.storage.committed > saved_size
         (snap,) = runner.snapshots()
         assert snap["hyperparameters"]["replay_ratio"] == 0.5 and snap["num_timesteps"] == 200
     assert runner.control_url is None and port_is_free(port)

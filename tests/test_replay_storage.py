@@ -251,6 +251,30 @@ def test_to_state_from_state_is_an_exact_plain_copy():
         s.abort(hole)
 
 
+def test_load_state_restores_in_place_and_attached_writers_keep_adding():
+    with make(capacity=6, extras={"e": 1}) as s:
+        add_values(s, np.arange(4))
+        state = s.to_state()
+        saved = s.block.copy()
+        writer = ReplayStorage.attach(s.handle)
+        try:
+            add_values(writer, [10.0, 11.0, 12.0, 13.0])  # wraps: seq 4..7
+            with make(capacity=5, extras={"e": 1}) as other, pytest.raises(ValueError, match="capacity"):
+                s.load_state(other.to_state())  # another capacity: refused, nothing changes
+            assert (s.reserved, s.committed) == (8, 8)
+            s.load_state(state)
+            assert (s.reserved, s.committed) == (4, 4) and s.name == writer.name
+            np.testing.assert_array_equal(s.block[:4], saved[:4])
+            rng = np.random.default_rng(0)
+            assert set(s.sample_indices(200, rng).tolist()) == {0, 1, 2, 3}
+            add_values(writer, [20.0])  # the writer's handle still works: it adds after the restored rows
+            assert (s.reserved, s.committed) == (5, 5) and s.block[4, 0] == 20.0
+        finally:
+            writer.close()
+        with ReplayStorage.attach(s.handle, read_only=True) as reader, pytest.raises(PermissionError):
+            reader.load_state(state)
+
+
 # ---- bad input -----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "field, value",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -38,8 +37,6 @@ class Controller:
         snapshot_dir: where snapshots go (default: a fresh directory under ``runs/``, made when needed).
         snapshot_on_change: take a snapshot before every hyperparameter change.
         after_restore: called on the learner's thread after a restore (the runner publishes the weights).
-        replay_restorable: whether a snapshot's replay can be loaded into the model (not while
-            collectors write into the model's replay).
         status: extra fields for :meth:`status` (e.g. collector status), called on the caller's thread.
     """
 
@@ -51,7 +48,6 @@ class Controller:
         snapshot_dir: Any = None,
         snapshot_on_change: bool = False,
         after_restore: Callable[[], None] | None = None,
-        replay_restorable: bool = True,
         status: Callable[[], dict[str, Any]] | None = None,
     ):
         if not isinstance(snapshot_on_change, bool):
@@ -61,7 +57,6 @@ class Controller:
         self.store = SnapshotStore(snapshot_dir)
         self.snapshot_on_change = snapshot_on_change
         self._after_restore = after_restore
-        self._replay_restorable = replay_restorable
         self._status = status
         self._history: list[dict[str, Any]] = []
         self._lock = threading.Lock()  # guards _learner and _queue
@@ -190,16 +185,8 @@ class Controller:
 
         def run() -> dict[str, Any]:
             record = self.store.record(snapshot_id)
-            if record["include_replay"] and not self._replay_restorable:
-                warnings.warn(
-                    f"snapshot {snapshot_id} holds a replay, which is not restored: AsyncRunner's collectors write "
-                    "into the model's live replay; weights, optimizers and hyperparameters are",
-                    stacklevel=3,
-                )
             wanted = {k: v for k, v in record["hyperparameters"].items() if k in self.hyperparams.names()}
             self._log(self.hyperparams.apply(wanted), source, only_changed=True)
-            if not self._replay_restorable:
-                record["include_replay"] = False
             self.store.load_into(self.model, snapshot_id, replay=record["include_replay"])
             if self._after_restore is not None:
                 self._after_restore()

@@ -40,7 +40,6 @@ class RunnerControl:
             snapshot_dir=snapshot_dir,
             snapshot_on_change=snapshot_on_change,
             after_restore=self._publish_restored,
-            replay_restorable=getattr(self.model, "replay_buffer", None) is None,
             status=self._runner_status,
         )
         self._control_server = None

@@ -124,8 +124,10 @@ class SnapshotStore:
     def load_into(self, model: Any, snapshot_id: str, replay: bool = True) -> dict[str, Any]:
         """Load snapshot ``snapshot_id``'s weights, optimizer states and SB3 tensors into ``model``.
 
-        With ``replay`` and a snapshot that holds one, the replay is loaded too (SB3's
-        ``load_replay_buffer``: the model gets a new buffer).
+        With ``replay`` and a snapshot that holds one, the replay is loaded too: into the model's
+        ``SharedReplayBuffer`` in place (:meth:`~unilab_gym.replay.ReplayStorage.load_state`: the
+        segment collectors write into stays, so ``AsyncRunner``'s collectors keep writing, now after
+        the restored transitions), else with SB3's ``load_replay_buffer`` (the model gets a new buffer).
 
         The hyperparameters are not touched (the caller applies ``record["hyperparameters"]`` first).
         Returns the record, plus ``"data"``: the zip's SB3 data (schedules included).
@@ -143,9 +145,39 @@ class SnapshotStore:
             if tensor is not None:
                 recursive_setattr(model, f"{name}.data", tensor.data)
         if replay and record["include_replay"]:
-            old = model.replay_buffer
-            model.load_replay_buffer(folder / f"{snapshot_id}.replay.pkl")
-            if old is not model.replay_buffer and hasattr(old, "close"):
-                old.close()  # a SharedReplayBuffer's segment is freed now, not at garbage collection
+            path = folder / f"{snapshot_id}.replay.pkl"
+            if hasattr(model.replay_buffer, "storage"):  # a SharedReplayBuffer
+                _load_shared_replay_in_place(model.replay_buffer, path)
+            else:
+                model.load_replay_buffer(path)
         record["data"] = data
         return record
+
+
+#: How long a restore retries while a collector is between reserving and committing rows, in s.
+REPLAY_RESTORE_TIMEOUT_S = 5.0
+
+
+def _load_shared_replay_in_place(buffer: Any, path: Path) -> None:
+    """Copy the replay saved at ``path`` (by this store) into ``buffer``'s own shared segment.
+
+    Raises:
+        RuntimeError: a collector kept rows in flight for :data:`REPLAY_RESTORE_TIMEOUT_S`.
+        ValueError: the saved replay does not fit ``buffer`` (another layout or capacity).
+    """
+    from stable_baselines3.common.save_util import load_from_pkl
+
+    saved = load_from_pkl(path)  # a file this store wrote (never one the user did not name)
+    try:
+        state = saved.storage.to_state()
+    finally:
+        saved.close()
+    deadline = time.monotonic() + REPLAY_RESTORE_TIMEOUT_S
+    while True:
+        try:
+            buffer.storage.load_state(state)
+            return
+        except RuntimeError:  # a live writer between reserve and commit: a few microseconds
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)

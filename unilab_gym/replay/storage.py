@@ -1363,6 +1363,45 @@ class ReplayStorage:
             h[_HEAD] = self._capacity
             h[_COMMITTED] = self._capacity
 
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Replace this storage's transitions, in place, with a copy made by :meth:`to_state`.
+
+        Unlike :meth:`from_state` no new segment is made: handles stay valid, so attached writers
+        (collectors) and readers keep working on the restored contents, as after :meth:`reset`
+        (the generation counter moves on, so a reader's rows from before are seen as overwritten).
+        The copy is checked as :meth:`from_state` checks it, and must have this storage's layout
+        and capacity.
+
+        :raises ValueError: if ``state`` is not such a copy, is corrupted, or has another layout or
+            capacity; nothing changes.
+        :raises RuntimeError: if a live writer has rows in flight (nothing changes; try again).
+        :raises PermissionError: if attached read-only.
+        """
+        layout, capacity, head, committed, holes, rows = _checked_state(state)
+        if layout != self._layout or capacity != self._capacity:
+            raise ValueError(
+                f"cannot load a replay state of layout {layout} and capacity {capacity} into replay {self.name!r} "
+                f"(layout {self._layout}, capacity {self._capacity})"
+            )
+        self._check_writable()
+        with self._lock:
+            for i in np.flatnonzero(self._state == _WRITING):
+                if _pid_alive(int(self._spid[i])):
+                    raise RuntimeError(
+                        f"cannot load into replay {self.name!r}: pid {self._spid[i]} is writing rows "
+                        f"[{self._start[i]}, {self._stop[i]})"
+                    )
+            self._header[_PREAMBLE:] = 0  # the slot table: every slot free, then the copy's holes
+            for slot, (lo, hi) in enumerate(holes):
+                self._state[slot], self._start[slot], self._stop[slot], self._spid[slot] = _ABORTED, lo, hi, 0
+            self._block[: rows.shape[0]] = rows
+            self._header[_HEAD] = head
+            self._header[_COMMITTED] = committed
+            self._header[_GENERATION] += 1
+            if self._side is not None:
+                self._side.view(np.uint8)[:] = state["side"]
+                self._header[_FINAL_HEAD] = int(state["final_head"])
+
     def to_state(self) -> dict[str, Any]:
         """A plain, picklable copy (no shared memory): layout, counters, holes, used rows, checksum.
 
