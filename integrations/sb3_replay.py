@@ -152,9 +152,10 @@ class SharedReplayBuffer(ReplayBuffer):
             batch draws statuses in proportion to the weights times their counts (HybridReplay).
             Any non-uniform weighting biases the learning target; see :mod:`unilab_gym.replay.status`.
         final_obs_capacity: side-table entries of the optimized layout (default
-            ``max(64, 2 * n_envs, capacity // 20)``: 10 bytes per transition for 48 float32
-            observations). An episode end whose entry was reused by 20 later ones is no longer
-            sampled: raise it for episodes shorter than about 20 steps.
+            ``max(n_envs, capacity // 25)``: 8 bytes per transition for 48 float32
+            observations). An episode end's entry is reused after ``final_obs_capacity`` later episode
+            ends, and its transition is then no longer sampled: with the default, raise it for
+            episodes shorter than about 25 steps.
 
     Raises:
         ValueError: for an unsupported space (named in the message) or a bad size.
@@ -192,7 +193,7 @@ class SharedReplayBuffer(ReplayBuffer):
         capacity = self.buffer_size * self.n_envs
         final_obs = 0
         if self.optimize_memory_usage:
-            default = max(64, 2 * self.n_envs, capacity // 20)
+            default = max(self.n_envs, capacity // 25)
             final_obs = check_positive_int(
                 "final_obs_capacity", default if final_obs_capacity is None else final_obs_capacity
             )

@@ -145,3 +145,27 @@ def test_control_callback_without_a_model_or_server(tmp_path):
     with ControlCallback(port=0, snapshot_dir=tmp_path) as served:
         r = httpx.get(api(served, "hyperparams"), headers=auth(served))
         assert r.status_code == 503 and "model.learn" in r.json()["detail"]
+
+
+def test_unmatched_api_paths_need_the_token_and_metrics_answer_without_a_redirect():
+    from fastapi.testclient import TestClient
+    from prometheus_client import CollectorRegistry, Counter, make_asgi_app
+
+    from unilab_gym.control.server import make_app
+
+    registry = CollectorRegistry()
+    Counter("unilab_probe", "a probe", registry=registry).inc()
+
+    class Controller:
+        def hyperparameters(self):
+            return {"learning_rate": 3e-4}
+
+    client = TestClient(make_app(Controller(), "secret", make_asgi_app(registry)))
+    good, bad = {"Authorization": "Bearer secret"}, {"Authorization": "Bearer wrong"}
+    for path in ("/api/v1/hyperparams", "/api/v1/no-such-route", "/api/other"):
+        assert client.get(path).status_code == 401
+        assert client.get(path, headers=bad).status_code == 401
+    assert client.get("/api/v1/hyperparams", headers=good).json() == {"learning_rate": 3e-4}
+    assert client.get("/api/v1/no-such-route", headers=good).status_code == 404
+    metrics = client.get("/metrics", follow_redirects=False)  # Prometheus does not follow a /metrics/ redirect
+    assert metrics.status_code == 200 and "unilab_probe_total 1.0" in metrics.text

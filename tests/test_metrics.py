@@ -135,7 +135,9 @@ def test_prometheus_endpoint_serves_every_metric_during_a_run_and_releases_the_p
     for family in scraped.values():
         assert family.documentation
     steps = values(scraped["unilab_env_steps"], "_total")
-    assert set(steps) == {(("collector", "0"),), (("collector", "1"),)} and all(v > 0 for v in steps.values())
+    host = socket.gethostname()  # the process backend's node label: the host name
+    assert set(steps) == {(("collector", "0"), ("node", host)), (("collector", "1"), ("node", host))}
+    assert all(v > 0 for v in steps.values())
     assert 1500 <= sum(steps.values()) <= 3000 + 2 * 8
     assert sum(values(after["unilab_env_steps"], "_total").values()) >= 3000
     # histograms: cumulative buckets, +Inf == count, plausible means

@@ -167,8 +167,8 @@ class RunnerControl:
         the hyperparameters; return the hyperparameters in force.
 
         Collectors keep running and get the restored weights as a new version. ``num_timesteps``
-        keeps counting. A snapshot's replay is not loaded under ``AsyncRunner`` (collectors write
-        into the live replay): a ``UserWarning`` says so.
+        keeps counting. A snapshot's replay (``include_replay=True``) is copied back into the model's
+        ``SharedReplayBuffer`` in place: the same shared segment, which collectors keep writing into.
 
         Raises:
             KeyError: no snapshot has that id.

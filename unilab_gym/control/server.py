@@ -76,6 +76,7 @@ def make_app(controller: Any, token: str, metrics_app: Any = None) -> Any:  # no
     from fastapi.responses import JSONResponse
     from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
     from pydantic import BaseModel, ConfigDict, StrictBool
+    from starlette.routing import Route
 
     bearer = HTTPBearer(auto_error=False)
 
@@ -95,6 +96,17 @@ def make_app(controller: Any, token: str, metrics_app: Any = None) -> Any:  # no
 
     app = FastAPI(title="unilab-gym control", version="1")
     api = APIRouter(prefix="/api/v1", dependencies=[Depends(authorized)])
+
+    @app.middleware("http")
+    async def every_api_path_needs_the_token(request: Request, call_next: Any) -> Any:
+        # the router's dependency documents the scheme in OpenAPI; this also covers paths no route matches
+        scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+        valid = scheme.lower() == "bearer" and secrets.compare_digest(credentials.encode(), token.encode())
+        if request.url.path.startswith("/api/") and not valid:
+            return JSONResponse(
+                {"detail": "missing or wrong bearer token"}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+            )
+        return await call_next(request)
 
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, exc: ValueError) -> JSONResponse:
@@ -142,8 +154,21 @@ def make_app(controller: Any, token: str, metrics_app: Any = None) -> Any:  # no
 
     app.include_router(api)
     if metrics_app is not None:
-        app.mount("/metrics", metrics_app)
+        # a route, not a mount: a mount answers GET /metrics with a 307 redirect to /metrics/
+        app.router.routes.append(
+            Route("/metrics", _AsgiEndpoint(metrics_app), methods=["GET"], include_in_schema=False)
+        )
     return app
+
+
+class _AsgiEndpoint:
+    """An ASGI app as a route endpoint (Starlette calls a non-function endpoint as an ASGI app)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
 
 
 class ControlServer:

@@ -60,12 +60,14 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("unilab_env_steps_total", "counter", "Env steps (transitions) written by each collector.", ("collector",)),
+    Metric(
+        "unilab_env_steps_total", "counter", "Env steps (transitions) written by each collector.", ("collector", "node")
+    ),
     Metric(
         "unilab_env_steps_per_second",
         "gauge",
         "Env steps per second of each collector, over the last >= 1 s.",
-        ("collector",),
+        ("collector", "node"),
     ),
     Metric(
         "unilab_step_latency_microseconds",
@@ -73,13 +75,13 @@ METRICS: tuple[Metric, ...] = (
         "Wall-clock time of each vector-env step() in a collector, in microseconds: phase=physics (every "
         "cluster's slice of substeps and reading the states back), phase=task (action checks, task math, "
         "infos, resets).",
-        ("collector", "phase"),
+        ("collector", "node", "phase"),
     ),
     Metric(
         "unilab_weight_sync_latency_microseconds",
         "histogram",
         "From the learner publishing a weight version to a collector acting with it, in microseconds.",
-        ("collector",),
+        ("collector", "node"),
     ),
     Metric("unilab_policy_version", "gauge", "Newest weight version published by the learner."),
     Metric(
@@ -137,20 +139,13 @@ METRICS: tuple[Metric, ...] = (
         "gauge",
         "Seconds since each collector's last heartbeat (an iteration of its loop, idle ones included; from its "
         "spawn while it starts). Past collector_timeout_s the collector is hung: restarted or raised.",
-        ("collector",),
+        ("collector", "node"),
     ),
     Metric(
         "unilab_episodes_total",
         "counter",
         "Episodes finished, by outcome (terminated or truncated).",
-        ("collector", "outcome"),
-    ),
-    Metric(
-        "unilab_collector_info",
-        "gauge",
-        "1 per collector, labelled with the node it runs on (backend='ray': the Ray node id, hex; processes: the "
-        "host name; empty before it reported). Join on collector to put the node on the per-collector figures.",
-        ("collector", "node"),
+        ("collector", "node", "outcome"),
     ),
     Metric(
         "unilab_ingest_transitions_per_second",
@@ -294,15 +289,18 @@ class RunnerMetrics:
         rows, hist = counters.rows, counters.metrics
         collectors = range(counters.num_collectors)
         step = [StepLatency(hist[c, STEP_LATENCY].copy()) for c in collectors]
+        # every per-collector figure carries the node it runs on (Ray node id, hex; processes: the host name)
+        nodes = {s.index: s.node_id for s in self._pool.status()}
+        at = [(str(c), nodes.get(c, "")) for c in collectors]
         values: dict[str, Samples] = {
-            "unilab_env_steps_total": [((str(c),), float(rows[c, TRANSITIONS])) for c in collectors],
-            "unilab_env_steps_per_second": [((str(c),), float(self.env_steps_per_second[c])) for c in collectors],
+            "unilab_env_steps_total": [(at[c], float(rows[c, TRANSITIONS])) for c in collectors],
+            "unilab_env_steps_per_second": [(at[c], float(self.env_steps_per_second[c])) for c in collectors],
             "unilab_step_latency_microseconds": [
-                *(((str(c), "physics"), step[c].physics) for c in collectors),
-                *(((str(c), "task"), step[c].task) for c in collectors),
+                *(((*at[c], "physics"), step[c].physics) for c in collectors),
+                *(((*at[c], "task"), step[c].task) for c in collectors),
             ],
             "unilab_weight_sync_latency_microseconds": [
-                ((str(c),), LatencyHistogram(hist[c, WEIGHT_SYNC_LATENCY].copy())) for c in collectors
+                (at[c], LatencyHistogram(hist[c, WEIGHT_SYNC_LATENCY].copy())) for c in collectors
             ],
             "unilab_policy_version": [((), float(self._pool.weight_version))],
             "unilab_policy_lag_versions": [((), float(self.last_policy_lag))],
@@ -311,13 +309,12 @@ class RunnerMetrics:
             "unilab_collector_restarts_total": [((), float(self.collector_restarts))],
             "unilab_collector_errors_total": [((), float(self.collector_errors))],
             "unilab_collector_seconds_since_progress": [
-                ((str(c),), float(age)) for c, age in enumerate(self._pool.seconds_since_progress())
+                (at[c], float(age)) for c, age in enumerate(self._pool.seconds_since_progress())
             ],
             "unilab_episodes_total": [
-                *(((str(c), "terminated"), float(rows[c, TERMINATED])) for c in collectors),
-                *(((str(c), "truncated"), float(rows[c, TRUNCATED])) for c in collectors),
+                *(((*at[c], "terminated"), float(rows[c, TERMINATED])) for c in collectors),
+                *(((*at[c], "truncated"), float(rows[c, TRUNCATED])) for c in collectors),
             ],
-            "unilab_collector_info": [((str(s.index), s.node_id), 1.0) for s in self._pool.status()],
             "unilab_ingest_transitions_per_second": [((), float(self.env_steps_per_second.sum()))],
             "unilab_object_store_bytes_in_flight": [((), float(getattr(self._pool, "bytes_in_flight", 0)))],
         }
