@@ -81,26 +81,12 @@ EVAL_SEED = 10_000
 
 
 def ppo_kwargs(num_envs: int, critic_key: str) -> dict[str, Any]:
-    """``examples/train_ppo_sb3.py``'s PPO settings (as ``learning_check.ppo_kwargs``), with the critic's key."""
-    import torch
+    """``learning_check.ppo_kwargs`` (``examples/train_ppo_sb3.py``'s PPO settings), with the critic's key."""
+    from learning_check import ppo_kwargs as learning_check_ppo_kwargs
 
-    return dict(
-        n_steps=64,
-        batch_size=min(1024, 64 * num_envs),
-        n_epochs=5,
-        learning_rate=3e-4,
-        gamma=0.99,
-        gae_lambda=0.95,
-        clip_range=0.2,
-        ent_coef=0.0,
-        max_grad_norm=1.0,
-        policy_kwargs=dict(
-            net_arch=dict(pi=[256, 128], vf=[256, 128]),
-            activation_fn=torch.nn.ELU,
-            log_std_init=-0.5,
-            critic_key=critic_key,
-        ),
-    )
+    kwargs = learning_check_ppo_kwargs(num_envs)
+    kwargs["policy_kwargs"]["critic_key"] = critic_key
+    return kwargs
 
 
 def train_and_evaluate(
