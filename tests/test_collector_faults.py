@@ -4,6 +4,7 @@ collector, one model under two runners, and a Ctrl-C that reaches a collector st
 import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -36,7 +37,9 @@ class StopCollector(BaseCallback):
         self.stopped = []  # (pid, time.monotonic() of the SIGSTOP)
 
     def _on_step(self):
-        if self.num_timesteps >= self.after and not self.stopped:
+        # only once it acts with published weights: a collector still at version 0 does not count in the lag
+        loaded = self.runner.collector_status()[self.index]["weight_version"] >= 1
+        if self.num_timesteps >= self.after and loaded and not self.stopped:
             pid = self.runner.collector_pids[self.index]
             os.kill(pid, signal.SIGSTOP)
             self.stopped.append((pid, time.monotonic()))
@@ -104,8 +107,8 @@ def test_a_stalled_collector_shows_its_true_lag_then_is_restarted():
         assert runner.metrics.collector_restarts == 1 and runner.metrics.collector_errors == 1
         assert replacement != stop.stopped[0][0] and not psutil.pid_exists(stop.stopped[0][0])
     assert seen["lag"] > runner.max_policy_lag + 2  # the held-back training calls count
-    ages = seen["ages"]
-    assert set(ages) == {("0",), ("1",)} and ages[("1",)] > ages[("0",)] >= 0
+    ages, host = seen["ages"], socket.gethostname()  # labels: collector, node (the host, for processes)
+    assert set(ages) == {("0", host), ("1", host)} and ages[("1", host)] > ages[("0", host)] >= 0
     assert_no_children()
     release(model)
 
