@@ -29,19 +29,6 @@ SHORT = dict(max_episode_steps=3, termination={"min_base_height": 0.27})
 MODES = ["NextStep", "SameStep", "Disabled"]
 
 
-@pytest.fixture
-def closing():
-    envs = []
-
-    def _keep(env):
-        envs.append(env)
-        return env
-
-    yield _keep
-    for env in envs:
-        env.close()
-
-
 def _reference(n, mode, **kwargs):
     return SyncVectorEnv([lambda: gym.make(ID, **kwargs)] * n, autoreset_mode=mode)
 

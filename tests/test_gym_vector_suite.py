@@ -28,19 +28,6 @@ SHORT = dict(max_episode_steps=3, termination={"min_base_height": 0.27})
 MODES = list(AutoresetMode)
 
 
-@pytest.fixture
-def closing():
-    envs = []
-
-    def _keep(env):
-        envs.append(env)
-        return env
-
-    yield _keep
-    for env in envs:
-        env.close()
-
-
 @pytest.fixture(scope="module")
 def pair():
     """Ours and the reference, 3 envs each, default task, NextStep; every test resets them with a seed first."""

@@ -35,6 +35,8 @@ owns none.
 
 from __future__ import annotations
 
+import copy
+import io
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -164,6 +166,14 @@ class CollectorSetup:
             tag = f".collector{index}" + (f".restart{restarts}" if restarts else "")
             kwargs["trace_path"] = path.with_name(f"{path.stem}{tag}{path.suffix}")
         return kwargs
+
+    def policy_bytes(self) -> bytes:
+        """A CPU copy of :attr:`policy`, saved with ``torch.save``: what every collector loads (the pool ships it)."""
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save(copy.deepcopy(self.policy).to("cpu"), buffer)
+        return buffer.getvalue()
 
     def torch_seed(self, index: int, restarts: int) -> int:
         """Torch / numpy seed of collector ``index`` after ``restarts`` replacements."""

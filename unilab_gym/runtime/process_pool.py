@@ -17,8 +17,6 @@ bootstrapping). The writers write straight into the learner's replay / rollout s
 
 from __future__ import annotations
 
-import copy
-import io
 import multiprocessing as mp
 import os
 import signal
@@ -88,14 +86,10 @@ class ProcessCollectorPool(CollectorPool):
     def start(self) -> None:
         if self._procs:
             return
-        import torch
-
-        buffer = io.BytesIO()
-        torch.save(copy.deepcopy(self.setup.policy).to("cpu"), buffer)
-        payload = buffer.getbuffer()
-        self._policy_segment = Segment.create(payload.nbytes)
-        self._policy_segment.buf[: payload.nbytes] = payload
-        self._policy_bytes = payload.nbytes
+        payload = self.setup.policy_bytes()
+        self._policy_segment = Segment.create(len(payload))
+        self._policy_segment.buf[: len(payload)] = payload
+        self._policy_bytes = len(payload)
         for c in range(self.num_collectors):
             proc, conn = self._spawn(c)
             self._procs.append(proc)

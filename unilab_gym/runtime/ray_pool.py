@@ -31,8 +31,6 @@ the seeds of its restart count and the current weights.
 from __future__ import annotations
 
 import contextlib
-import copy
-import io
 import os
 import socket
 import time
@@ -173,13 +171,9 @@ class RayCollectorPool(CollectorPool):
     def start(self) -> None:
         if self._actors:
             return
-        import torch
-
         from unilab_gym.runtime.off_policy import ReplayWriter
 
-        buffer = io.BytesIO()
-        torch.save(copy.deepcopy(self.setup.policy).to("cpu"), buffer)
-        self._policy_ref = self._ray.put(buffer.getvalue())  # one copy in the object store for every actor
+        self._policy_ref = self._ray.put(self.setup.policy_bytes())  # one copy in the object store for every actor
         writer: Any = self.setup.writers[0]
         if isinstance(writer, ReplayWriter):
             from unilab_gym.replay import ReplayStorage
