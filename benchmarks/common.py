@@ -163,6 +163,7 @@ def run_interleaved(
     repeats: int,
     desc: str = "benchmark",
     fresh_process: bool = True,
+    on_result: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> dict[str, list[dict[str, float]]]:
     """Run every config ``repeats`` times, interleaved, each run in a fresh spawned process.
 
@@ -171,6 +172,7 @@ def run_interleaved(
         repeats: runs per config.
         fresh_process: ``False`` runs in this process (smoke tests: no start-up cost, but RSS
             figures are then not per configuration).
+        on_result: called with (name, metrics) after each run, e.g. to save partial results of a long benchmark.
 
     Returns:
         name -> list of per-repeat metric dicts (a failed run raises).
@@ -191,6 +193,8 @@ def run_interleaved(
                 out[name].append(run_in_fresh_process(fn, kwargs, label))
             else:
                 out[name].append(fn(**kwargs))
+            if on_result is not None:
+                on_result(name, out[name][-1])
             bar.update()
     return out
 

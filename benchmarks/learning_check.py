@@ -112,7 +112,7 @@ REPLAY_RATIO = 8 / 64
 MODES: dict[str, dict[str, Any]] = {
     # minutes: training budget per run; eval_every: s of training; eval_episodes: per evaluation
     "default": dict(
-        seeds=3, minutes=3.0, eval_every=30.0, eval_episodes=8, num_envs=64, learning_starts=10_000, buffer_size=10**6
+        seeds=3, minutes=7.0, eval_every=40.0, eval_episodes=8, num_envs=64, learning_starts=10_000, buffer_size=10**6
     ),
     "quick": dict(
         seeds=1, minutes=0.75, eval_every=15.0, eval_episodes=8, num_envs=64, learning_starts=10_000, buffer_size=10**6
@@ -466,6 +466,10 @@ def markdown(payload: dict[str, Any]) -> str:
         "",
         payload["threshold_explanation"],
         "",
+    ]
+    if not payload.get("complete", True):
+        lines += [f"**Partial results: {payload['runs_done']} of {payload['runs_planned']} runs done.**", ""]
+    lines += [
         f"| configuration | seeds | time to {payload['threshold']:g} (s), median [per seed] | vs stock | "
         "final return, median [min, max] | tracking error m/s | fall rate | env steps | env-steps/s |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -539,15 +543,16 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def report(payload: dict[str, Any], out: str) -> None:
-    """Write ``learning_check.{json,md,png}`` to ``out`` and print the table."""
+def report(payload: dict[str, Any], out: str, quiet: bool = False) -> None:
+    """Write ``learning_check.{json,md,png}`` to ``out`` and print the table (``quiet``: only a line)."""
     os.makedirs(out, exist_ok=True)
     write_json(os.path.join(out, "learning_check.json"), _jsonable(payload))
     text = markdown(payload)
     with open(os.path.join(out, "learning_check.md"), "w") as f:
         f.write(text)
     plot(payload, os.path.join(out, "learning_check.png"))
-    print(text)
+    if not quiet:
+        print(text)
     print(f"wrote {out}/learning_check.{{json,md,png}}")
 
 
@@ -576,7 +581,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     mode.add_argument("--smoke", action="store_true", help="CI: 8 envs, 9 s budget, 50-step episodes, in-process")
     parser.add_argument("--only", default=None, help="ppo, sac and/or configuration keys, comma-separated")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; quick and smoke 1)")
-    parser.add_argument("--minutes", type=float, default=None, help="training budget per run (default 3)")
+    parser.add_argument("--minutes", type=float, default=None, help="training budget per run (default 7)")
     parser.add_argument("--eval-every", type=float, default=None, help="seconds of training between evaluations")
     parser.add_argument(
         "--threshold",
@@ -632,39 +637,54 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(explanation, flush=True)
 
     kwargs = {k: v for k, v in settings.items() if k != "eval_every_s"}
+    # algorithm-major (all PPO runs, then all SAC runs), interleaved within each: an interrupted run keeps
+    # a complete comparison, and each comparison's configurations alternate (A B C A B C ...)
     jobs = {
         f"{key} seed {seed}": (run, dict(key=key, seed=seed, eval_every_s=eval_every, **kwargs))
+        for algo in ("ppo", "sac")
         for seed in range(seeds)
         for key in keys
+        if CONFIGS[key].algo == algo
     }
-    results = run_interleaved(jobs, 1, desc="learning check", fresh_process=not args.smoke)
     runs: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
-    for result in results.values():
-        runs[str(result[0]["key"])].append(result[0])
-    payload = {
-        "benchmark": "learning_check",
-        "date": datetime.date.today().isoformat(),
-        "mode": name,
-        "settings": {
-            **settings,
-            "seeds": seeds,
-            "eval_seed": EVAL_SEED,
-            "replay_ratio_sac": REPLAY_RATIO,
-            "ppo": ppo_kwargs(settings["num_envs"]),
-            "sac": sac_kwargs(settings["num_envs"], settings["learning_starts"], settings["buffer_size"]),
-        },
-        "threshold": threshold,
-        "threshold_explanation": explanation,
-        "standing_return": standing["return_mean"],
-        "standing": standing,
-        "machine": machine_info(),
-        "load": {"start": busy, "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
-        "elapsed_s": time.perf_counter() - t0,
-        "summary": summarize(runs, threshold),
-        "runs": runs,
-    }
-    report(payload, args.out)
-    return payload
+
+    def payload() -> dict[str, Any]:
+        done = {key: rs for key, rs in runs.items() if rs}
+        return {
+            "benchmark": "learning_check",
+            "date": datetime.date.today().isoformat(),
+            "mode": name,
+            "complete": sum(map(len, runs.values())) == len(jobs),
+            "runs_done": sum(map(len, runs.values())),
+            "runs_planned": len(jobs),
+            "settings": {
+                **settings,
+                "seeds": seeds,
+                "eval_seed": EVAL_SEED,
+                "replay_ratio_sac": REPLAY_RATIO,
+                "ppo": ppo_kwargs(settings["num_envs"]),
+                "sac": sac_kwargs(settings["num_envs"], settings["learning_starts"], settings["buffer_size"]),
+            },
+            "threshold": threshold,
+            "threshold_explanation": explanation,
+            "standing_return": standing["return_mean"],
+            "standing": standing,
+            "machine": machine_info(),
+            "load": {"start": busy, "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+            "elapsed_s": time.perf_counter() - t0,
+            "summary": summarize(done, threshold),
+            "runs": done,
+        }
+
+    def save_partial(job: str, result: dict[str, Any]) -> None:
+        runs[str(result["key"])].append(result)
+        if sum(map(len, runs.values())) < len(jobs):  # the last one is reported below
+            report(payload(), args.out, quiet=True)
+
+    run_interleaved(jobs, 1, desc="learning check", fresh_process=not args.smoke, on_result=save_partial)
+    final = payload()
+    report(final, args.out)
+    return final
 
 
 if __name__ == "__main__":
