@@ -1,6 +1,6 @@
 """Time to return: training wall clock until a walking policy, AsyncRunner against stock SB3.
 
-    python benchmarks/learning_check.py                  # 5 configurations x 3 seeds, ~57 min on 2 idle cores
+    python benchmarks/learning_check.py                  # 5 configurations x 3 seeds x 7 min: ~2 h 10 min, 2 cores
     python benchmarks/learning_check.py --quick          # 1 seed, 45 s budget: ~6.5 min
     python benchmarks/learning_check.py --smoke          # CI: 8 envs, seconds of training, 50-step episodes
     python benchmarks/learning_check.py --only ppo --minutes 7 --seeds 5
@@ -57,20 +57,16 @@ never does). Of a configuration: the median over seeds, a seed that never reache
 ratio to stock of the same algorithm (a bound, ``<`` or ``>``, if only one of them reached).
 
 **Budget arithmetic** for the default mode on 2 idle cores: 15 runs x (start-up ~10 s: spawn,
-imports, 64 envs, model; + 180 s of training; + 7 evaluations, at 0, 30, ..., 180 s, x ~5.5 s for
-8 episodes of 1000 steps) = 15 x 229 s = 57 min, plus ~8 s for the machine check and the
-standing-still evaluation; ``elapsed_s`` in the JSON is the real figure. The costs come from two
-``--quick`` runs (``--only ppo-stock``, then ``--only ppo``) on this shared machine, other
-processes keeping both cores busy: ~12 s spawn and imports, 4-11 s building 64 envs and the model,
-6-22 s (mean 13.5) per 8-episode evaluation, 560-620 env-steps/s of stock PPO training, and
-``AsyncRunner``'s first ``learn`` (collector spawn, their envs, one rollout) 15-23 s; stock PPO
-trains at ~1,460 env-steps/s with these settings on a quieter machine (the old learning check:
-875,584 steps in 600 s), a factor ~2.5 that scales the costs to the figures above. ``--quick``:
-5 x (10 + 45 + 4 x 5.5) s = 6.5 min (6.2 min for its 3 PPO runs on the busy machine).
-Caveat: stock PPO trains at ~1,460 env-steps/s here, so a 3-minute budget gives it ~260k env steps; the
-shipped policy's run walked at 400k (return 37.4), so the stock configurations may not reach the
-threshold within the budget (``time_to_threshold_s`` null, the async ratio then only a bound);
-``--only ppo --minutes 6`` (9 x ~440 s = 66 min) measures the PPO ratio with room to spare.
+imports, 64 envs, model; + 420 s of training; + ~12 evaluations, at 0, 40, ..., 420 s, x ~5-7 s for
+8 episodes of 1000 steps) = 15 x ~510 s = ~2 h 10 min; ``elapsed_s`` in the JSON is the real figure.
+PPO's runs come first (9 x ~510 s = ~77 min), then SAC's, and the JSON, table and plot are written
+after every run (``complete``, ``runs_done``, ``runs_planned``), so an interrupted run keeps every
+finished comparison. The issue asked for a default run within 60 min; on 2 cores that leaves each of
+the 15 runs ~3 min, and the first default run (3 min, 2026-12-01) showed no configuration reaches a
+walking return in 3 min: stock PPO trains at ~760-900 env-steps/s here (~150k env steps in 3 min)
+and starts walking at 200k-300k. In 7 min the async PPO configurations reach the threshold, and
+stock PPO in some seeds (the ratio is then a bound); ``--minutes 3`` is the 60-min screening run.
+``--quick``: 5 x (10 + 45 + 4 x 5.5) s = 6.5 min.
 
 **Outputs** (``--out``, default ``benchmarks/results``): ``learning_check.json`` (``summary``: one
 entry per configuration; ``runs``: every seed's evaluation curve; machine info and load),

@@ -91,12 +91,14 @@ def test_saved_statistics_load_into_play_and_evaluate_gait(tmp_path):
     path = tmp_path / "model"
     model.save(path)
     model.get_vec_normalize_env().save(str(tmp_path / "model_vecnormalize.pkl"))
+    play = Path(__file__).resolve().parents[1] / "examples" / "play.py"  # the script the training examples name
     proc = subprocess.run(
-        [sys.executable, "-m", "unilab_gym", "play", str(path.with_suffix(".zip")), "--steps", "5",
+        [sys.executable, str(play), str(path.with_suffix(".zip")), "--sibling-vecnormalize", "--steps", "5",
          "--out", str(tmp_path / "walk.gif")],
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"loading VecNormalize statistics {tmp_path / 'model_vecnormalize.pkl'}" in proc.stderr
     assert "return" in proc.stdout and (tmp_path / "walk.gif").stat().st_size > 0
     loaded = VecNormalize.load(str(tmp_path / "model_vecnormalize.pkl"), make_sb3_env(ID, 1))
     np.testing.assert_array_equal(loaded.obs_rms.mean, model.get_vec_normalize_env().obs_rms.mean)
@@ -114,13 +116,17 @@ def test_sac_replay_keeps_raw_observations_and_statistics_grow(tmp_path):
     )  # fmt: skip
     vn = model.get_vec_normalize_env()
     before = vn.obs_rms.count
-    with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL) as runner:
+    prefix = tmp_path / "obs"
+    env_fn = functools.partial(recording_quadruped, prefix=str(prefix), autoreset_mode="SameStep")
+    with AsyncRunner(model, env_fn=env_fn, num_collectors=2, envs_per_collector=4) as runner:
         runner.learn(800)
         transitions = model.num_timesteps
-    grown = vn.obs_rms.count - before
-    # collectors send their moments every 16 vector steps and before they pause, so at most the last
-    # 16 steps x 4 envs of each collector can still be on their way when learn() returns
-    assert transitions - 2 * 16 * 4 <= grown
+        grown = vn.obs_rms.count - before
+    stepped = sum(r.shape[0] * r.shape[1] for r in _recorded(prefix))  # reset observations + one per env step
+    # a step's moments are sent before it counts, so all are merged when learn() returns, but for the one
+    # vector step (4 envs) each collector may have had in flight when it was paused
+    assert transitions + 2 * 4 <= grown <= stepped
+    assert stepped - 2 * 4 <= grown
     storage = model.replay_buffer.storage
     rows = storage.gather(np.arange(8))
     raw_obs = rows[:, storage.layout.obs]

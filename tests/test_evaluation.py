@@ -63,6 +63,32 @@ def test_same_seed_same_result_and_other_seed_differs():
     assert first != other
 
 
+class TorchSampler:
+    """Samples its actions from torch's global generator when ``deterministic=False``, as SB3 policies do."""
+
+    def predict(self, obs, deterministic=True):
+        import torch
+
+        if deterministic:
+            return np.zeros((obs.shape[0], a1.NUM_JOINTS), np.float32), None
+        return (0.3 * torch.randn(obs.shape[0], a1.NUM_JOINTS)).numpy(), None
+
+
+def test_sampled_actions_are_deterministic_for_a_seed_and_leave_torchs_generator_alone():
+    import torch
+
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    first = record_gait(TorchSampler(), n_episodes=2, seed=5, deterministic=False, max_episode_steps=30)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's generator is restored
+    torch.manual_seed(999)  # whatever the global state, the same seed gives the same episodes
+    again = record_gait(TorchSampler(), n_episodes=2, seed=5, deterministic=False, max_episode_steps=30)
+    other = record_gait(TorchSampler(), n_episodes=2, seed=6, deterministic=False, max_episode_steps=30)
+    assert first.summary() == again.summary()
+    np.testing.assert_array_equal(first.returns, again.returns)
+    assert first.summary() != other.summary()
+
+
 def test_falling_policy_counts_falls_and_stops_counting_finished_episodes():
     record = record_gait(Constant(1.0), n_episodes=3, seed=0, max_episode_steps=200)
     summary = record.summary()

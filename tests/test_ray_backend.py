@@ -185,6 +185,26 @@ def test_ppo_one_collector_lag0_over_ray_equals_stock_sb3_bit_for_bit(nodes):
         assert torch.equal(ours, theirs), name
 
 
+def test_vecnormalize_statistics_merge_over_ray_and_counts_add_up(nodes):
+    """Issue 15 item 1 on the Ray backend: a VecNormalize model trains, every stepped observation counted once."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    nodes.live_worker()
+    env = VecNormalize(make_sb3_env(ID, 8, seed=0, **SMALL_ENV), gamma=0.99)
+    model = PPO("MlpPolicy", env, n_steps=16, batch_size=32, n_epochs=2, seed=0, policy_kwargs=dict(net_arch=[32]))
+    vn = model.get_vec_normalize_env()
+    obs_before, ret_before = vn.obs_rms.count, vn.ret_rms.count
+    with ray_runner(model, max_policy_lag=0, replay_ratio=None) as runner:
+        runner.learn(3 * 16 * 8)
+    # the reset observation of each of the 8 envs, then one per env step, as stock VecNormalize counts them
+    assert vn.obs_rms.count - obs_before == pytest.approx(3 * 16 * 8 + 8, abs=1e-6)
+    assert vn.ret_rms.count - ret_before == pytest.approx(3 * 16 * 8, abs=1e-6)
+    assert (vn.obs_rms.var > 0).all() and not (vn.obs_rms.mean == 0).all()
+    env.close()
+
+
 # --------------------------------------------------------------------------- faults
 def test_remote_exception_is_a_collector_error_with_the_remote_traceback(nodes):
     nodes.live_worker()

@@ -106,6 +106,15 @@ def test_report_on_tiny_grid_then_replay_a_failure(fresh_ppo, tmp_path):
     assert weak[0.1] == 0.0 and weak[1.0] == 1.0
     assert all(c["fall_rate"] == 1.0 - c["success_rate"] for c in cells)
     assert all(lo <= c["success_rate"] <= hi for c in cells for lo, hi in [c["success_ci95"]])
+    # evaluate_gait's figures, per episode and per cell: a PD too weak to stand sinks and tilts
+    gait = {"tracking_error_mps", "duty_factor", "base_height_m", "tilt_rad"}
+    assert all(gait <= set(r) for r in results["episodes"]) and all(gait <= set(c) for c in cells)
+    weak_heights = [c["base_height_m"] for c in cells if c["cell"]["kp_factor"] == 0.1]
+    assert max(weak_heights) < min(c["base_height_m"] for c in cells if c["cell"]["kp_factor"] == 1.0)
+    assert all(0.0 <= c["duty_factor"] <= 1.0 for c in cells)
+    for c in cells:
+        rs = [r for r in results["episodes"] if r["cell"] == c["cell"]]
+        assert c["tilt_rad"] == pytest.approx(sum(r["tilt_rad"] for r in rs) / len(rs))
     for r in results["episodes"]:
         assert set(r["cell"]) == {"kp_factor", "added_mass"}
         assert r["parameters"]["kp_factor"] == r["cell"]["kp_factor"] and r["parameters"]["friction"] == 0.5
@@ -118,6 +127,7 @@ def test_report_on_tiny_grid_then_replay_a_failure(fresh_ppo, tmp_path):
 
     report = (out / "report.md").read_text()
     assert "Success: the episode reaches the time limit" in report
+    assert "| tracking error (m/s) | duty factor | base height (m) | tilt (rad) |" in report
     table = [line for line in report.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert len(table) == 4 and table[0].split("|")[2].strip() == "0.1"  # rank 1 is a weak-PD cell
     assert "--replay" in report

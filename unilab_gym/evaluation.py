@@ -30,8 +30,10 @@ Per-foot and per-episode figures are in :func:`record_gait`'s :class:`GaitRecord
 
 from __future__ import annotations
 
+import contextlib
 import math
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -102,6 +104,74 @@ class GaitRecord:
             "episodes": int(self.returns.size),
         }
 
+    def episode_figures(self, i: int) -> dict[str, float]:
+        """Episode ``i``'s ``tracking_error_mps``, ``duty_factor`` (mean over feet), ``base_height_m`` and
+        ``tilt_rad`` (per-step means, the units of :meth:`summary`)."""
+        steps = float(self.lengths[i])
+        return {
+            "tracking_error_mps": float(self.tracking_error_sum[i] / steps),
+            "duty_factor": float(self.duty_factor[i].mean()),
+            "base_height_m": float(self.base_height_sum[i] / steps),
+            "tilt_rad": float(self.tilt_sum[i] / steps),
+        }
+
+
+class GaitMeter:
+    """Accumulates the gait of ``n`` envs step by step, one episode per env, into a :class:`GaitRecord`.
+
+    Call :meth:`update` after every step of the vector env; an env's episode ends at its first
+    ``terminated | truncated``, and later steps of that env are ignored (whatever the autoreset mode).
+
+    Args:
+        added_mass: (n,) kg added to each robot (``reset`` info ``["parameters"]["added_mass"]``).
+    """
+
+    def __init__(self, added_mass: np.ndarray) -> None:
+        n = len(added_mass)
+        self.mass = urdf_mass() + np.asarray(added_mass, np.float64)
+        #: (n,) bool: envs whose episode has not ended yet.
+        self.active = np.ones(n, bool)
+        self.returns, self.tracking, self.energy = np.zeros(n), np.zeros(n), np.zeros(n)
+        self.distance, self.height, self.tilt = np.zeros(n), np.zeros(n), np.zeros(n)
+        self.contact_steps = np.zeros((n, len(FEET)))
+        self.lengths = np.zeros(n, np.int64)
+        self.fell = np.zeros(n, bool)
+
+    def update(
+        self, obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, state: Any
+    ) -> None:
+        """Count one step: ``obs`` (n, 48), ``reward``/``terminated``/``truncated`` (n,), ``state`` the env's
+        ``robot_state`` after the step."""
+        active = self.active
+        live = active.astype(np.float64)
+        self.returns += live * reward
+        self.lengths += active
+        self.tracking += live * np.abs(obs[:, _VX] - obs[:, _CMD_VX])
+        self.contact_steps += live[:, None] * state.foot_contact
+        self.energy += live * np.abs(state.torques * state.joint_vel).sum(axis=1)
+        self.distance += live * np.hypot(obs[:, _VX], obs[:, _VY])
+        self.height += live * state.base_pos[:, 2]
+        roll, pitch = roll_pitch(state.base_quat)
+        self.tilt += live * (np.abs(roll) + np.abs(pitch))
+        ended = active & (terminated | truncated)
+        self.fell |= ended & terminated
+        self.active = active & ~ended
+
+    def record(self) -> GaitRecord:
+        """The figures so far (every episode should have ended: ``not active.any()``)."""
+        return GaitRecord(
+            returns=self.returns.copy(),
+            lengths=self.lengths.copy(),
+            terminated=self.fell.copy(),
+            tracking_error_sum=self.tracking.copy(),
+            duty_factor=self.contact_steps / np.maximum(self.lengths, 1)[:, None],
+            energy=self.energy.copy(),
+            distance=self.distance.copy(),
+            mass=self.mass.copy(),
+            base_height_sum=self.height.copy(),
+            tilt_sum=self.tilt.copy(),
+        )
+
 
 def _normalizer(vecnormalize: Any) -> Any:
     """A function obs -> normalized obs from a ``VecNormalize`` (or a path to its saved statistics), or identity."""
@@ -144,45 +214,29 @@ def record_gait(
         raise ValueError(
             f"evaluate_gait needs a UniLabVectorEnv (it reads robot states); {env_id!r} made {type(base).__name__}"
         )
+    # sampled actions draw from torch's global generator: seed it for this evaluation, and restore it after
+    sampling = contextlib.nullcontext() if deterministic else _seeded_torch(seed)
     try:
-        obs, info = env.reset(seed=seed)
-        mass = urdf_mass() + np.asarray(info["parameters"]["added_mass"], np.float64)
-        active = np.ones(n, bool)
-        returns, tracking, energy, distance, height, tilt = (np.zeros(n) for _ in range(6))
-        contact_steps = np.zeros((n, len(FEET)))
-        lengths = np.zeros(n, np.int64)
-        fell = np.zeros(n, bool)
-        while active.any():
-            action, _ = model.predict(normalize(obs), deterministic=deterministic)
-            obs, reward, terminated, truncated, _ = env.step(np.asarray(action, np.float32))
-            state = base.robot_state
-            live = active.astype(np.float64)
-            returns += live * reward
-            lengths += active
-            tracking += live * np.abs(obs[:, _VX] - obs[:, _CMD_VX])
-            contact_steps += live[:, None] * state.foot_contact
-            energy += live * np.abs(state.torques * state.joint_vel).sum(axis=1)
-            distance += live * np.hypot(obs[:, _VX], obs[:, _VY])
-            height += live * state.base_pos[:, 2]
-            roll, pitch = roll_pitch(state.base_quat)
-            tilt += live * (np.abs(roll) + np.abs(pitch))
-            ended = active & (terminated | truncated)
-            fell |= ended & terminated
-            active &= ~ended
+        with sampling:
+            obs, info = env.reset(seed=seed)
+            meter = GaitMeter(info["parameters"]["added_mass"])
+            while meter.active.any():
+                action, _ = model.predict(normalize(obs), deterministic=deterministic)
+                obs, reward, terminated, truncated, _ = env.step(np.asarray(action, np.float32))
+                meter.update(obs, reward, terminated, truncated, base.robot_state)
     finally:
         env.close()
-    return GaitRecord(
-        returns=returns,
-        lengths=lengths,
-        terminated=fell,
-        tracking_error_sum=tracking,
-        duty_factor=contact_steps / lengths[:, None],
-        energy=energy,
-        distance=distance,
-        mass=mass,
-        base_height_sum=height,
-        tilt_sum=tilt,
-    )
+    return meter.record()
+
+
+@contextlib.contextmanager
+def _seeded_torch(seed: int) -> Iterator[None]:
+    """Within the block, torch's generators (CPU and CUDA) start from ``seed``; their state is restored after."""
+    import torch
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        yield
 
 
 def evaluate_gait(
@@ -206,7 +260,9 @@ def evaluate_gait(
             are applied, not updated), or the path of its saved statistics (``VecNormalize.save``;
             a pickle, so only pass a file you trust), or ``None``.
         seed: the evaluation seed (int >= 0); the result is deterministic for a given seed.
-        deterministic: the policy's deterministic action (its mean), else sampled actions.
+        deterministic: the policy's deterministic action (its mean), else sampled actions (drawn
+            from torch's generators seeded with ``seed`` for the evaluation, then restored, so
+            sampled evaluations are deterministic for a given seed too).
 
     Returns:
         A dict with the keys ``return_mean``, ``return_std``, ``tracking_error_mps``,

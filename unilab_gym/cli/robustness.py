@@ -16,7 +16,10 @@ episode seeds (so the same commands and initial poses: common random numbers).
 without a fall; the fall rate is one minus the success rate, broken down by the conditions that
 held at the fall (height, tilt, trunk contact; they can co-occur).
 
-Writes to ``--out``: ``report.md`` (cells worst first: success rate, fall rate, mean return),
+Every episode also gets :func:`unilab_gym.evaluation.evaluate_gait`'s per-episode gait figures
+(tracking error, duty factor, base height, tilt; :class:`~unilab_gym.evaluation.GaitMeter`).
+
+Writes to ``--out``: ``report.md`` (cells worst first: success rate, fall rate, mean return, gait),
 ``heatmap.png`` (success rate over the first two axes, averaged over any further ones) and
 ``results.json`` (the raw data: every episode's record, as in :mod:`unilab_gym.trace`, plus its cell).
 
@@ -56,6 +59,9 @@ from unilab_gym.validation import check_positive_int
 
 RESULTS_FORMAT = "unilab-gym/robustness"
 RESULTS_FORMAT_VERSION = 1
+
+#: Per-episode gait figures of :func:`unilab_gym.evaluation.evaluate_gait` in every record and cell.
+GAIT_KEYS = ("tracking_error_mps", "duty_factor", "base_height_m", "tilt_rad")
 
 #: Short axis names accepted by ``--grid``.
 AXIS_ALIASES = {"mass": "added_mass"}
@@ -136,10 +142,14 @@ def evaluate(
 
     Returns:
         One trace record per episode (see :mod:`unilab_gym.trace`) with ``"cell"`` (the cell's
-        axis values) and ``"num_envs"`` (the batch it ran in; ``"env"`` is its row).
+        axis values), ``"num_envs"`` (the batch it ran in; ``"env"`` is its row) and the episode's
+        gait figures of :func:`unilab_gym.evaluation.evaluate_gait`: ``"tracking_error_mps"``,
+        ``"duty_factor"``, ``"base_height_m"``, ``"tilt_rad"``
+        (:meth:`~unilab_gym.evaluation.GaitRecord.episode_figures`).
     """
     from tqdm.auto import tqdm
 
+    from unilab_gym.evaluation import GaitMeter
     from unilab_gym.vector_env import UniLabVectorEnv
 
     env_kwargs = dict(env_kwargs or {})
@@ -154,16 +164,18 @@ def evaluate(
                 n = min(num_envs, per_cell - start)
                 env = UniLabVectorEnv(n, autoreset_mode="Disabled", domain_randomization=cell, **env_kwargs)
                 try:
-                    obs, _ = env.reset(seed=seed + start)
-                    done = np.zeros(n, dtype=bool)
-                    while not done.all():
+                    obs, info = env.reset(seed=seed + start)
+                    gait = GaitMeter(info["parameters"]["added_mass"])  # evaluate_gait's figures, per episode
+                    while gait.active.any():
                         # the finished envs wait in their final state (the run ends when all have finished)
-                        obs, _, terminated, truncated, _ = env._step(policy(obs), allow_finished=done)
-                        new = (terminated | truncated) & ~done
-                        done |= new
-                        bar.update(int(new.sum()))
+                        finished = ~gait.active
+                        obs, reward, terminated, truncated, _ = env._step(policy(obs), allow_finished=finished)
+                        gait.update(obs, reward, terminated, truncated, env.robot_state)
+                        bar.update(int((finished != ~gait.active).sum()))
+                    figures = gait.record()
                     for record in env.parameter_trace():  # the first episode of each env
-                        records.append({**record, "cell": dict(cell), "num_envs": n})
+                        gait_figures = figures.episode_figures(record["env"])
+                        records.append({**record, **gait_figures, "cell": dict(cell), "num_envs": n})
                 finally:
                     env.close()
     return records
@@ -185,7 +197,9 @@ def summarize(records: Sequence[dict[str, Any]], axes: Sequence[Axis]) -> list[d
     Each: ``cell``, ``episodes``, ``success_rate``, ``success_ci95`` (Wilson interval),
     ``fall_rate``, ``fall_conditions`` (fraction
     of the cell's episodes that fell with each condition holding), ``mean_return``, ``std_return``,
-    ``mean_length`` (control steps).
+    ``mean_length`` (control steps), and the means over the cell's episodes of the gait figures
+    ``tracking_error_mps`` (m/s), ``duty_factor``, ``base_height_m`` (m) and ``tilt_rad`` (rad)
+    (``None`` for records without them, e.g. from a results file of an older version).
     """
     out = []
     for cell in grid_cells(axes):
@@ -207,6 +221,10 @@ def summarize(records: Sequence[dict[str, Any]], axes: Sequence[Axis]) -> list[d
                 "mean_return": float(returns.mean()),
                 "std_return": float(returns.std()),
                 "mean_length": float(np.mean([r["length"] for r in rs])),
+                **{
+                    key: float(np.mean([r[key] for r in rs])) if all(key in r for r in rs) else None
+                    for key in GAIT_KEYS
+                },
             }
         )
     return sorted(out, key=lambda s: (s["success_rate"], s["mean_return"]))
@@ -290,8 +308,9 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         "| rank | "
         + " | ".join(_axis_label(a.name) for a in axes)
         + " | episodes | success [95% CI] | fall | fall: height / tilt / trunk contact"
-        " | mean return ± std | mean length (steps) |",
-        "|---:|" + "---:|" * len(axes) + "---:|---:|---:|---:|---:|---:|",
+        " | mean return ± std | mean length (steps)"
+        " | tracking error (m/s) | duty factor | base height (m) | tilt (rad) |",
+        "|---:|" + "---:|" * len(axes) + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for rank, s in enumerate(summary, 1):
         fc = s["fall_conditions"]
@@ -301,7 +320,9 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
             + f" | {s['episodes']} | {s['success_rate']:.0%} [{s['success_ci95'][0]:.0%}, {s['success_ci95'][1]:.0%}]"
             f" | {s['fall_rate']:.0%} | "
             f"{fc['height']:.0%} / {fc['tilt']:.0%} / {fc['trunk_contact']:.0%} | "
-            f"{s['mean_return']:.2f} ± {s['std_return']:.2f} | {s['mean_length']:.0f} |"
+            f"{s['mean_return']:.2f} ± {s['std_return']:.2f} | {s['mean_length']:.0f} | "
+            + " | ".join("—" if s.get(key) is None else f"{s[key]:.3f}" for key in GAIT_KEYS)
+            + " |"
         )
     lines += ["", "![success rate heat map](heatmap.png)", ""]
     failure = first_failure(results)

@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 
 #: Target duration of one ``model.train()`` call, in s: faults are checked between calls.
 TRAIN_CHUNK_S = 0.05
-#: With VecNormalize, a collector sends its observation moments every this many vector-env steps (and before idling).
-MOMENTS_EVERY = 16
 DEFAULT_MAX_POLICY_LAG = 4
 
 
@@ -128,10 +126,10 @@ class ReplayWriter:
                 if norm is not None:  # the replay keeps raw data; SB3 normalizes it when it samples
                     norm.observe(next_obs)
                     norm.normalize_reward(np.asarray(reward, np.float64), terminated | truncated)
+                    # before the step counts: a learner that sees the count has the moments in its inbox
+                    c.send_moments()
                 row[TRANSITIONS] += int(keep.sum())
                 row[STEP_CALLS] += 1
-                if row[STEP_CALLS] % MOMENTS_EVERY == 0:
-                    c.send_moments()
                 done = (terminated | truncated) & keep
                 idx = c.track_episodes(reward, terminated, truncated, counted=keep)
                 if noise is not None and idx.size:
@@ -302,6 +300,9 @@ class OffPolicyLoop(LearnerLoop):
                 else:
                     self._held += 1
             if done:
+                # the moments of every step counted so far were sent before it counted: merge them
+                # (a step in flight when the collectors were paused is merged by the next learn())
+                self.poll(pool, metrics)
                 return
             set_budget()
             if due <= 0:
