@@ -1,6 +1,7 @@
 """Fixtures shared by several test files."""
 
 import pytest
+import torch as th
 
 
 @pytest.fixture
@@ -15,3 +16,12 @@ def closing():
     yield _keep
     for env in envs:
         env.close()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny networks: one intra-op torch thread is faster, and immune to a busy machine (restored after the module)."""
+    before = th.get_num_threads()
+    th.set_num_threads(1)
+    yield
+    th.set_num_threads(before)

@@ -7,7 +7,6 @@ import os
 
 import numpy as np
 import pytest
-import torch as th
 from _replay_workers import expected_transition, stream_step, write_stream
 from gymnasium import spaces
 from stable_baselines3 import SAC
@@ -23,12 +22,7 @@ ACT3 = spaces.Box(-1e6, 1e6, (3,), np.float32)
 DICT_OBS = spaces.Dict({"policy": OBS6, "critic": spaces.Box(-1e6, 1e6, (3,), np.float32)})
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    before = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def numpy_tuple(samples):

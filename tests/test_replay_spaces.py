@@ -24,12 +24,7 @@ PRIV = spaces.Dict({"policy": spaces.Box(-5, 5, (48,), np.float32), "critic": sp
 IMAGE = spaces.Box(0, 255, (4, 4, 3), np.uint8)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    before = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def random_steps(obs_space, act_space, n_envs, steps, seed):

@@ -33,12 +33,7 @@ from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
 VALUES = np.arange(1.0, 6.0, dtype=np.float32).reshape(5, 1)  # observations cycle through 1..5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    before = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 class CyclingEnv(gym.Env):

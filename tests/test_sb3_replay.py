@@ -29,13 +29,7 @@ BOX_OBS = spaces.Box(-10, 10, (5,), np.float32)
 BOX_ACT = spaces.Box(-1, 1, (2,), np.float32)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny networks: one intra-op thread is faster, and immune to a busy machine."""
-    before = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def random_steps(obs_space, act_space, n_envs, steps, seed):
