@@ -124,7 +124,8 @@ class AsymmetricSACPolicy(_PredictAnyObs, SACPolicy):
 
     Args:
         observation_space: a ``Dict`` holding ``actor_key`` and ``critic_key``.
-        action_space, lr_schedule: as ``SACPolicy``.
+        action_space: as ``SACPolicy``.
+        lr_schedule: as ``SACPolicy``.
         actor_key: the key the actor reads (default ``"policy"``, the 48 values the robot has).
         critic_key: the key the Q-networks read (default ``"critic"``; ``"policy"`` gives the symmetric critic).
         **kwargs: the other arguments of ``SACPolicy`` (``net_arch``, ``activation_fn``, ``n_critics`` ...).
@@ -170,7 +171,8 @@ class AsymmetricActorCriticPolicy(_PredictAnyObs, ActorCriticPolicy):
 
     Args:
         observation_space: a ``Dict`` holding ``actor_key`` and ``critic_key``.
-        action_space, lr_schedule: as ``ActorCriticPolicy``.
+        action_space: as ``ActorCriticPolicy``.
+        lr_schedule: as ``ActorCriticPolicy``.
         actor_key: the key the policy net reads (default ``"policy"``).
         critic_key: the key the value net reads (default ``"critic"``; ``"policy"`` gives the symmetric critic).
         **kwargs: the other arguments of ``ActorCriticPolicy`` (``net_arch``, ``activation_fn``, ``log_std_init`` ...).

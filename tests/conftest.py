@@ -3,6 +3,19 @@
 import pytest
 import torch as th
 
+#: Test modules that check determinism: CI runs them again with numpy's SIMD dispatch limited (``-m determinism``).
+DETERMINISM_MODULES = {"test_determinism", "test_gait_rewards", "test_domain_randomization"}
+#: Tests elsewhere whose name says they check that a result reproduces.
+DETERMINISM_WORDS = ("bit_for_bit", "determinis", "reproduce", "identical")
+
+
+def pytest_collection_modifyitems(items):
+    """Mark the determinism tests (``determinism`` marker, see ``DETERMINISM_MODULES`` and ``DETERMINISM_WORDS``)."""
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
+        if module in DETERMINISM_MODULES or any(word in item.name for word in DETERMINISM_WORDS):
+            item.add_marker(pytest.mark.determinism)
+
 
 @pytest.fixture
 def closing():
