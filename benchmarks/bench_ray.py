@@ -1,7 +1,7 @@
 """AsyncRunner SAC with ``backend="process"`` vs ``backend="ray"`` (local Ray), side by side, in one run.
 
     python benchmarks/bench_ray.py            # 3 repeats x 64 * 300 env steps: ~10 min on 2 idle cores
-    python benchmarks/bench_ray.py --quick    # 2 repeats x 64 * 120 env steps: ~4 min
+    python benchmarks/bench_ray.py --quick    # 2 repeats x 64 * 120 env steps: ~4 min, a smoke test (see below)
 
 Both configurations run the same SAC as ``compare_sb3.py``'s ``AsyncRunner SAC (2 collectors)`` row:
 2 collectors x 32 envs of ``UniLab/Quadruped-v0``, ``batch_size=256``, ``replay_ratio=1/64`` (one
@@ -9,13 +9,20 @@ gradient step per 64 transitions), one torch thread in the learner. With ``backe
 runner starts a local Ray instance (``ray.init``, dashboard off) and shuts it down on ``close()``;
 both are inside the timed wall clock, as spawning the collector processes is for ``"process"``.
 
-Figures per run: wall clock of ``learn`` (start-up included), env-steps/s over it, *steady*
-env-steps/s (from the 20th to the last on_step of the run: start-up excluded), and, Ray only, the
+Figures per run: wall clock of the whole run (start-up included) and env-steps/s over it; *start-up*, the
+seconds from building the ``AsyncRunner`` to the first transition the learner counts (Ray: ``ray.init``
+and the actors; process: spawning the collectors and their first env steps); and *steady* env-steps/s,
+over the window from the moment a quarter of the run's env steps were counted to the end of ``learn``
+(its length in seconds and in answers, ``on_step`` calls, is reported: the off-policy loop fires
+``on_step`` in bursts as answers arrive, so a window must hold many of them). Ray only: the
 learner's ingest cost per transition (``RayCollectorPool.ingest_s / ingested``: taking results from
 the object store with ``ray.get`` and copying their rows into the ``SharedReplayBuffer``, the learner
 thread's CPU time: other processes on the machine do not inflate it). Then the ingest cost alone
 (:func:`run_ingest`: blocks of 128 and 2,048 transitions from an actor, 300 each), the figure the
 scaling model in ``docs/ray.md`` starts from.
+``--quick`` runs are short enough that Ray's start-up (~10 s here: a local instance and two actors) is a
+large part of their wall clock, and their steady window holds few answers: quick mode shows that both
+backends work and what start-up costs, not the steady ratio; read the steady column of a default run.
 Each run is a fresh process; configurations are interleaved (process, ray, process, ray, ...), the
 table gives medians and the Ray / process ratios. The load of the machine is sampled before and
 after (``common.sample_load``) and a warning is printed when it was busy: on 2 cores shared with other
@@ -91,11 +98,18 @@ def run(backend: str, total_steps: int, seed: int) -> dict[str, Any]:
         ingest = getattr(pool, "ingest_cpu_s", None), getattr(pool, "ingested", None)
     wall = time.perf_counter() - t0
     model.replay_buffer.close()
-    (ta, sa), (tb, sb) = clock.points[min(20, len(clock.points) - 2)], clock.points[-1]
+    points = clock.points
+    first = next(i for i, (_, n) in enumerate(points) if n > 0)
+    start = next(i for i, (_, n) in enumerate(points) if n >= total_steps // 4)
+    start = min(start, len(points) - 2)
+    (ta, sa), (tb, sb) = points[start], points[-1]
     out = {
         "wall_s": wall,
         "env_steps_per_s": model.num_timesteps / wall,
+        "startup_s": points[first][0] - t0,
         "steady_env_steps_per_s": (sb - sa) / (tb - ta),
+        "steady_window_s": tb - ta,
+        "steady_window_answers": len(points) - 1 - start,
         "grad_steps": model._n_updates,
     }
     if ingest[0] is not None and ingest[1]:
@@ -154,13 +168,16 @@ def run_ingest(rows_per_result: int, results: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="2 repeats of 64 * 120 env steps")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None, help="env steps per run")
     parser.add_argument("--out", default=RESULTS_DIR)
     args = parser.parse_args(argv)
     repeats = args.repeats or (2 if args.quick else 3)
+    quick = args.quick
     steps = args.steps or NUM_ENVS * (120 if args.quick else 300)
     load_start = sample_load(1.0)
     configs = {name: (run, dict(backend=backend, total_steps=steps, seed=0)) for name, backend in CONFIGS.items()}
@@ -181,13 +198,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "env_steps_per_s": med["ray (local)"]["env_steps_per_s"] / med["process"]["env_steps_per_s"],
         "steady_env_steps_per_s": med["ray (local)"]["steady_env_steps_per_s"]
         / med["process"]["steady_env_steps_per_s"],
+        "startup_s": med["ray (local)"]["startup_s"] / med["process"]["startup_s"],
         "wall_s": med["ray (local)"]["wall_s"] / med["process"]["wall_s"],
     }
     warning = busy_warning(load_start, load_end)
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
-        "config": {"num_envs": NUM_ENVS, "env_steps": steps, "repeats": repeats, "row_bytes": ROW_BYTES},
+        "config": {
+            "num_envs": NUM_ENVS,
+            "env_steps": steps,
+            "repeats": repeats,
+            "row_bytes": ROW_BYTES,
+            "quick": quick,
+        },
         "load": {"start": load_start, "end": load_end, "warning": warning},
         "runs": runs,
         "medians": med,
@@ -203,14 +227,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"Load: start {load_start['busy_cores']} busy cores of {load_start['cores']:g} "
         f"(load average {load_start['load_average']}), end {load_end['busy_cores']}.",
         "",
-        "| backend | wall clock (s) | env-steps/s | steady env-steps/s |",
-        "|---|---:|---:|---:|",
+        "| backend | wall clock (s) | env-steps/s | start-up (s) | steady env-steps/s | steady window |",
+        "|---|---:|---:|---:|---:|---:|",
         *(
-            f"| {name} | {m['wall_s']:.1f} | {m['env_steps_per_s']:.0f} | {m['steady_env_steps_per_s']:.0f} |"
+            f"| {name} | {m['wall_s']:.1f} | {m['env_steps_per_s']:.0f} | {m['startup_s']:.1f} "
+            f"| {m['steady_env_steps_per_s']:.0f} "
+            f"| {m['steady_window_s']:.0f} s, {m['steady_window_answers']:.0f} answers |"
             for name, m in med.items()
         ),
         f"| **ray / process** | {ratios['wall_s']:.2f}x | {ratios['env_steps_per_s']:.2f}x "
-        f"| {ratios['steady_env_steps_per_s']:.2f}x |",
+        f"| {ratios['startup_s']:.2f}x | {ratios['steady_env_steps_per_s']:.2f}x | |",
+        "",
+        "Start-up: from building the AsyncRunner to the first counted transition. Steady: from a quarter of the "
+        "run's env steps to the end of learn()."
+        + (" Quick mode: a smoke test; its steady window is short, read a default run for the ratio." if quick else ""),
         "",
         f"Learner ingest cost in these runs (Ray): {ingest_us:.2f} us/transition of learner-thread CPU "
         f"(ray.get + copy into the replay).",
