@@ -153,9 +153,15 @@ class SharedReplayBuffer(ReplayBuffer):
             Any non-uniform weighting biases the learning target; see :mod:`unilab_gym.replay.status`.
         final_obs_capacity: side-table entries of the optimized layout (default
             ``max(n_envs, capacity // 25)``: 8 bytes per transition for 48 float32
-            observations). An episode end's entry is reused after ``final_obs_capacity`` later episode
-            ends, and its transition is then no longer sampled: with the default, raise it for
-            episodes shorter than about 25 steps.
+            observations, enough for episodes of about 25 steps or more). No episode end is ever
+            dropped while its row can be sampled: if the table must reuse the entry of a row still
+            in the ring, that row and every older one are retired with it, so terminal and
+            truncated transitions keep their share of the samples and the ring holds fewer rows
+            (a ``RuntimeWarning`` naming ``final_obs_capacity``; counted by
+            ``storage.final_obs_evictions``, the window starts at ``storage.oldest``).
+            ``unilab_gym.replay.final_obs_capacity_for(capacity, shortest episode, n_envs)`` is
+            large enough for the whole ring (``capacity + 2 * n_envs`` if any episode may last
+            one step).
 
     Raises:
         ValueError: for an unsupported space (named in the message) or a bad size.

@@ -5,7 +5,8 @@
   reward | terminated | truncated | extras), optionally memory-optimized.
 - :mod:`unilab_gym.replay.status`: transition statuses and status-weighted sampling.
 - :class:`ReplayStorage`: the ring in POSIX shared memory (create / attach by
-  :class:`ReplayHandle` / add / sample / close).
+  :class:`ReplayHandle` / add / sample / close); :func:`final_obs_capacity_for`, the side-table
+  size of a memory-optimized layout that keeps every episode end.
 - :func:`~unilab_gym.replay.integrity.data_checksum`: the checksum saved replay state carries.
 - :class:`TorchSampler` (imported lazily, needs torch): sampling straight into torch tensors.
 
@@ -25,6 +26,7 @@ from unilab_gym.replay.storage import (
     ReplayOwnerGoneError,
     ReplayStorage,
     Reservation,
+    final_obs_capacity_for,
 )
 from unilab_gym.shm import SegmentNotFoundError, SharedMemoryFullError
 
@@ -39,6 +41,7 @@ __all__ = [
     "SegmentNotFoundError",
     "SharedMemoryFullError",
     "TorchSampler",
+    "final_obs_capacity_for",
 ]
 
 

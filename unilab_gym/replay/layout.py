@@ -36,8 +36,13 @@ observation is stored once, and an int32 field ``next`` says where a row's next 
 writer); ``next < 0``: in entry ``-next - 1`` of a side table of ``F`` final observations stored
 after the block (episode ends, terminated or truncated, and any next observation that is not its
 successor's observation); ``next == 0``: not known yet (the successor is not committed), never
-sampled. Each side entry carries the sequence number of its row as an int64 ``tag``. For 48
-float32 observations and 12 actions a row is ``192 + 48 + 3*4 + 4 = 256`` bytes instead of 444.
+sampled. Each side entry carries the sequence number of its row as an int64 ``tag``. The side
+table is a ring of its own: when it must reuse the entry of a row that is still in the ring,
+the storage retires that row and every older one (:attr:`ReplayStorage.oldest`), so an episode
+end is never dropped while transitions around it are still sampled;
+:func:`~unilab_gym.replay.storage.final_obs_capacity_for` gives the ``F`` that never retires a row
+(``ceil(capacity / shortest episode) + 2 * envs``). For 48 float32 observations and 12 actions a
+row is ``192 + 48 + 3*4 + 4 = 256`` bytes instead of 444.
 """
 
 from __future__ import annotations

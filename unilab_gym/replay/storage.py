@@ -76,6 +76,7 @@ import json
 import os
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -97,6 +98,7 @@ __all__ = [
     "ReplayStorage",
     "Reservation",
     "SegmentNotFoundError",
+    "final_obs_capacity_for",
 ]
 
 # ---- header layout (int64 indices) --------------------------------------------------------
@@ -105,6 +107,9 @@ _VERSION_VALUE = 2  # 2: owner pid and layout record
 _STATE_VERSION = 2  # of to_state(): 2 carries a checksum
 _MAGIC, _VERSION, _CAPACITY, _WIDTH, _HEAD, _COMMITTED, _GENERATION, _CLOSED = range(8)
 _OWNER_PID, _OWNER_PIDNS, _RECORD_BYTES, _FINAL_HEAD = range(8, 12)
+# optimized layouts: rows below _FLOOR are retired (an episode end of theirs left the side table);
+# _EVICTED counts the side entries overwritten while their row was still in the ring
+_FLOOR, _EVICTED = 12, 13
 _PREAMBLE = 16
 MAX_SLOTS = 32  #: reservations that may be in flight at once (writers x threads)
 _FREE, _WRITING, _ABORTED = 0, 1, 2
@@ -265,8 +270,39 @@ def _checked_state(state: Any) -> tuple[ReplayLayout, int, int, int, np.ndarray,
         if not isinstance(side, np.ndarray) or side.dtype != np.uint8 or side.shape != (layout.side_nbytes,):
             raise ValueError(f"{what}: side must be a uint8 array of {layout.side_nbytes} bytes (optimized layout)")
         parts += [side, check_int(f"{what} final_head", final_head, minimum=0)]
+        if "floor" in state:
+            parts.append(check_int(f"{what} floor", state["floor"], minimum=0, maximum=head))
     verify_checksum(what, state.get("checksum"), *parts)
     return layout, capacity, head, committed, holes, rows
+
+
+def final_obs_capacity_for(capacity: int, min_episode_length: int, streams: int) -> int:
+    """Side-table size that never evicts an episode end whose row is still in the ring.
+
+    ``ceil(capacity / min_episode_length) + 2 * streams``. Proof sketch: the entries written
+    after row ``s``'s entry, before its slot is reused, belong to distinct rows: episode ends of
+    rows newer than ``s`` (with ``s`` still in the ring they lie in ``capacity`` consecutive rows,
+    in which each of the ``streams`` envs ends at most ``rows / min_episode_length + 1``
+    episodes), plus at most one older row per stream that was still waiting for its successor.
+    A next observation that is not its successor's (a reset without an episode end) counts as
+    an episode end. The worst case, every row an episode end, is ``min_episode_length = 1``.
+
+    Args:
+        capacity: rows of the ring, ``>= 1``.
+        min_episode_length: the shortest episode, in steps (transitions), ``>= 1``.
+        streams: envs writing into the ring, all writers together (``n_envs`` of an SB3 buffer;
+            every collector's envs under ``AsyncRunner``), ``>= 1``.
+
+    Returns:
+        The ``final_obs`` / ``final_obs_capacity`` that keeps every episode end of the ring.
+
+    Raises:
+        ValueError: if an argument is not a positive int (the message names it).
+    """
+    capacity = check_positive_int("capacity", capacity)
+    length = check_positive_int("min_episode_length", min_episode_length)
+    streams = check_positive_int("streams", streams)
+    return -(-capacity // length) + 2 * streams
 
 
 def _as_rows(name: str, value: Any, n: int, dim: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -476,6 +512,8 @@ class ReplayStorage:
         ).reshape(capacity, layout.width)
         self._pid = os.getpid()
         self._side: np.ndarray | None = None
+        self._evicted_seen = False  # this object's writes evicted a live side entry (warn once)
+        self._evicted_warned = False
         if layout.final_obs:  # memory-optimized layout: the side table of next observations
             offset = _HEADER_BYTES + capacity * layout.row_nbytes
             self._side = np.frombuffer(segment.buf, dtype=layout.side_dtype, count=layout.final_obs, offset=offset)
@@ -590,6 +628,32 @@ class ReplayStorage:
         """Rows ever reserved (``head``, the next sequence number)."""
         self._check_open()
         return self._h[_HEAD]
+
+    @property
+    def oldest(self) -> int:
+        """The oldest sequence number that may be sampled: ``max(0, head - capacity, floor)``.
+
+        ``floor`` is 0 unless the side table of a memory-optimized layout had to reuse an entry
+        whose row was still in the ring. That row, and every older one, are then retired (never
+        sampled again), so no episode end is ever dropped while transitions around it stay
+        sampleable: terminal and truncated transitions keep their share of the samples, and the
+        ring holds fewer rows (see :attr:`final_obs_evictions` and :func:`final_obs_capacity_for`).
+        """
+        with self._lock:
+            return max(0, self._h[_HEAD] - self._capacity, self._h[_FLOOR])
+
+    @property
+    def final_obs_evictions(self) -> int:
+        """Side-table entries (episode ends) reused while their row was still in the ring.
+
+        0 when the side table is large enough (:func:`final_obs_capacity_for`). Each such
+        eviction retired its row and all older ones (:attr:`oldest`); a ``RuntimeWarning``
+        naming ``final_obs_capacity`` is raised once per storage object, by the writer that
+        evicted and by the first sampler that meets retired rows. Always 0 for a plain layout;
+        reset to 0 by :meth:`reset`.
+        """
+        self._check_open()
+        return self._h[_EVICTED]
 
     @property
     def committed(self) -> int:
@@ -855,7 +919,27 @@ class ReplayStorage:
                 cols.append((c_extra, _as_rows("extra", extra, n, L.extra_dim)))
         elif extra is not None:
             raise ValueError("extra given, but the layout has no extra columns")
-        return self._append(cols, n, timeout, links)
+        start = self._append(cols, n, timeout, links)
+        if self._evicted_seen and not self._evicted_warned:
+            self._warn_evicted()
+        return start
+
+    def _warn_evicted(self) -> None:
+        """Warn once per object that the side table retired rows early (see :attr:`oldest`)."""
+        self._evicted_warned = True
+        with self._lock:
+            head, floor, evicted = self._h[_HEAD], self._h[_FLOOR], self._h[_EVICTED]
+        F, cap = self._layout.final_obs, self._capacity
+        window = max(0, head - max(head - cap, floor))
+        warnings.warn(
+            f"replay {self.name!r}: its side table (final_obs_capacity={F}) is full of episode ends whose rows "
+            f"are still in the ring; so that no episode end is dropped, the oldest rows are retired with them "
+            f"({evicted} ends so far; the ring samples {window} of its {cap} rows now). Episodes are shorter than "
+            f"capacity / final_obs_capacity = {cap / F:.1f} steps: raise final_obs_capacity to at least "
+            "final_obs_capacity_for(capacity, shortest episode length, envs) to keep the whole ring",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def _batch_size(self, obs: Any) -> int:
         """``n`` of an ``add``: the leading size of ``obs`` (of its first key for a Dict layout)."""
@@ -917,7 +1001,12 @@ class ReplayStorage:
 
     def _put_side(self, seqs: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
         """Under the lock: store the next observations ``values[name][i]`` of rows ``seqs[i]`` in
-        the next side entries (if more than the table holds, only the newest are kept)."""
+        the next side entries (if more than the table holds, only the newest are kept).
+
+        An entry is never lost while its row may still be sampled: when an overwritten entry
+        (or a dropped one of this call) belongs to a row at or above the floor, the floor moves
+        past that row, which retires it and every older row (see :attr:`ReplayStorage.oldest`).
+        """
         side, h, F = self._side, self._h, self._layout.final_obs
         assert side is not None
         m = int(seqs.shape[0])
@@ -925,8 +1014,14 @@ class ReplayStorage:
             return
         k0 = h[_FINAL_HEAD]
         h[_FINAL_HEAD] = k0 + m
-        keep = slice(max(0, m - F), m)  # older ones would be overwritten at once: their rows stay unsampled
+        keep = slice(max(0, m - F), m)  # older ones would be overwritten at once
         slots = (k0 + np.arange(m, dtype=np.int64)[keep]) % F
+        lost = np.concatenate([seqs[: keep.start], side["tag"][slots]])
+        lost = lost[lost >= max(h[_HEAD] - self._capacity, h[_FLOOR])]
+        if lost.shape[0]:  # episode ends whose rows are still in the ring: retire those rows
+            h[_FLOOR] = int(lost.max()) + 1
+            h[_EVICTED] += int(lost.shape[0])
+            self._evicted_seen = True
         side["tag"][slots] = -1  # readers re-check the tag after copying: a torn entry is rejected
         for name, value in values.items():
             side[name][slots] = value[keep].reshape(-1, *side[name].shape[1:])
@@ -938,7 +1033,7 @@ class ReplayStorage:
         previous row at its successor (or at a side entry), and keep this add's rows pending."""
         ids, done, obs, nxt = links
         h, cap = self._h, self._capacity
-        generation, oldest = h[_GENERATION], h[_HEAD] - cap
+        generation, oldest = h[_GENERATION], max(h[_HEAD] - cap, h[_FLOOR])
         seqs = start + np.arange(ids.shape[0], dtype=np.int64)
         pend = self._pending_rows(int(ids.max()) + 1)
         p = pend["seq"][ids]
@@ -1024,7 +1119,7 @@ class ReplayStorage:
         """Under the lock: ``(generation, head, starts, lengths)`` of the valid set."""
         h = self._h
         head = h[_HEAD]
-        lo = max(0, head - self._capacity)
+        lo = max(0, head - self._capacity, h[_FLOOR])
         if self._state.tobytes() == _ALL_FREE:
             return h[_GENERATION], head, np.array([lo], np.int64), np.array([head - lo], np.int64)
         busy = self._state != _FREE
@@ -1283,13 +1378,15 @@ class ReplayStorage:
         side = self._side
         assert side is not None
         with self._lock:
-            head, current = self._h[_HEAD], self._h[_GENERATION]
+            head, current, floor = self._h[_HEAD], self._h[_GENERATION], self._h[_FLOOR]
             now = self._fields["next"][seq % self._capacity]
             tag_now = side["tag"][slot]
         if current != generation:
             return np.ones(seq.shape, dtype=bool)
+        if floor and not self._evicted_warned:
+            self._warn_evicted()
         aside = delta < 0
-        bad = (seq < head - self._capacity) | (delta == 0) | (now != delta)
+        bad = (seq < max(head - self._capacity, floor)) | (delta == 0) | (now != delta)
         return bad | (aside & ((tag != seq) | (tag_now != seq)))
 
     def seq_of_rows(self, rows: Any) -> np.ndarray:
@@ -1339,6 +1436,7 @@ class ReplayStorage:
             self._header[_COMMITTED] = 0
             self._header[_GENERATION] += 1
             self._header[_FINAL_HEAD] = 0
+            self._header[_FLOOR] = self._header[_EVICTED] = 0
             if self._side is not None:
                 self._side["tag"][:] = -1
 
@@ -1401,6 +1499,7 @@ class ReplayStorage:
             if self._side is not None:
                 self._side.view(np.uint8)[:] = state["side"]
                 self._header[_FINAL_HEAD] = int(state["final_head"])
+                self._header[_FLOOR] = int(state.get("floor", 0))
 
     def to_state(self) -> dict[str, Any]:
         """A plain, picklable copy (no shared memory): layout, counters, holes, used rows, checksum.
@@ -1422,6 +1521,9 @@ class ReplayStorage:
                 state["side"] = self._side.view(np.uint8).copy()
                 state["final_head"] = int(self._header[_FINAL_HEAD])
                 parts += [state["side"], state["final_head"]]
+                if self._header[_FLOOR]:  # rows retired for the side table (absent: none)
+                    state["floor"] = int(self._header[_FLOOR])
+                    parts.append(state["floor"])
         return {
             "version": _STATE_VERSION,
             "layout": self._layout,
@@ -1457,6 +1559,7 @@ class ReplayStorage:
             if self._side is not None:
                 self._side.view(np.uint8)[:] = state["side"]
                 self._header[_FINAL_HEAD] = int(state["final_head"])
+                self._header[_FLOOR] = int(state.get("floor", 0))
         except BaseException:
             self.close()
             raise
