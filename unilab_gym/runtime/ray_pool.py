@@ -101,10 +101,12 @@ class RayCollectorPool(CollectorPool):
 
     Args:
         setup: what the collectors run (see :class:`~unilab_gym.runtime.pool.CollectorSetup`).
-        ray_address: if Ray is not initialised, ``ray.init(address=ray_address)`` (``None``: a local
-            instance with the dashboard off; ``"auto"``: the cluster this machine belongs to); the
-            pool then shuts Ray down on :meth:`close`. If Ray is initialised, its cluster is used and
-            left running.
+        ray_address: if Ray is not initialised, the pool calls ``ray.init``, and shuts that Ray down
+            on :meth:`close`. ``None``: a new local instance of its own, ``ray.init(address="local")``
+            with the dashboard off, which never joins a cluster found through Ray's address lookup
+            (``RAY_ADDRESS``, ``/tmp/ray/ray_current_cluster``: on a shared machine, another job's
+            cluster). ``"auto"``: Ray's meaning, the cluster that lookup finds. ``"host:port"``: that
+            head. If Ray is initialised, its cluster is used and left running.
         collector_resources: the Ray resource request of each actor, e.g. ``{"collector": 1}``
             (``"CPU"`` and ``"GPU"`` map to ``num_cpus`` / ``num_gpus``). Default ``{"CPU": 1}``.
 
@@ -124,7 +126,9 @@ class RayCollectorPool(CollectorPool):
         self._closed = True  # until fully constructed
         self._owns_ray = False
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"address": ray_address, "configure_logging": False}
+            # address=None would let Ray join whatever RAY_ADDRESS or ray_current_cluster names
+            address = "local" if ray_address is None else ray_address
+            kwargs: dict[str, Any] = {"address": address, "configure_logging": False}
             if ray_address is None:
                 kwargs["include_dashboard"] = False
             ray.init(**kwargs)
