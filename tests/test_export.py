@@ -7,7 +7,6 @@ squashing are exercised); the observations are the env's (random actions), not n
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch  # noqa: E402
 from stable_baselines3 import A2C, DDPG, PPO, SAC, TD3  # noqa: E402
 from stable_baselines3.common.vec_env import VecNormalize  # noqa: E402
 
+from tests._c_policy import SENTINEL, STRICT, compile_header, run_binary, run_header  # noqa: E402
 from unilab_gym.evaluation import record_gait  # noqa: E402
 from unilab_gym.export import (  # noqa: E402
     PARITY_TOLERANCE,
@@ -72,13 +72,13 @@ def vecnormalize():
     venv.close()
 
 
-def _model(name, env):
+def _model(name, env, scale=0.3):
     kwargs = {"activation_fn": torch.nn.ELU} if name in ("PPO", "A2C") else {}
     model = ALGOS[name]("MlpPolicy", env, device="cpu", seed=0, policy_kwargs={"net_arch": [32, 32], **kwargs})
     with torch.no_grad():  # spread the actions over (and past) [-1, 1]
         generator = torch.Generator().manual_seed(0)
         for p in model.policy.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=generator))
+            p.add_(scale * torch.randn(p.shape, generator=generator))
     return model
 
 
@@ -155,40 +155,107 @@ def test_missing_onnx_raises_import_error_with_install_command(ppo, tmp_path, mo
             call()
 
 
-_MAIN_C = r"""
-#include <stdio.h>
-#include "policy.h"
-int main(void) {
-    float obs[UNILAB_OBS_DIM], action[UNILAB_ACT_DIM];
-    while (fread(obs, sizeof(float), UNILAB_OBS_DIM, stdin) == UNILAB_OBS_DIM) {
-        unilab_policy_step(obs, action);
-        fwrite(action, sizeof(float), UNILAB_ACT_DIM, stdout);
-    }
-    return 0;
-}
-"""
-
-
 @pytest.mark.parametrize(("name", "normalized"), [("PPO", True), ("SAC", False), ("TD3", True)])
 def test_c_header_matches_onnxruntime(name, normalized, env, vecnormalize, tmp_path):
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler")
     model = _model(name, env)
     stats = vecnormalize if normalized else None
     header = export_c_header(model, tmp_path / "policy.h", vecnormalize=stats)
     text = header.read_text()
-    assert "void unilab_policy_step(const float obs[48], float action[12])" in text
+    assert "int unilab_policy_step(const float obs[48], float action[12])" in text
     assert "static const float unilab_w0" in text and ("unilab_obs_mean" in text) == normalized
-    (tmp_path / "main.c").write_text(_MAIN_C)
-    binary = tmp_path / "policy"
-    flags = ["-std=c99", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror"]
-    subprocess.run([cc, *flags, "-o", binary, tmp_path / "main.c", "-lm"], check=True, capture_output=True)
     obs = env_observations()[:1000]
-    ran = subprocess.run([binary], input=obs.tobytes(), capture_output=True, check=True)
-    actions = np.frombuffer(ran.stdout, np.float32).reshape(1000, 12)
+    status, actions = run_header(header, obs)
     reference = run_onnx(export_onnx(model, tmp_path / "policy.onnx", vecnormalize=stats), obs)
+    assert (status == 0).all()
     assert np.abs(actions - reference).max() <= 1e-5
+
+
+def _bad_observations() -> np.ndarray:
+    """600 env observations, most with bad values: NaN, +-inf (one or many per row), huge finite ones, FLT_MAX."""
+    rng = np.random.default_rng(7)
+    obs = env_observations()[:600].copy()
+    rows = np.arange(600)
+    cols = rng.integers(0, 48, 600)
+    obs[rows[:100], cols[:100]] = np.nan
+    obs[rows[100:150], cols[100:150]] = np.inf
+    obs[rows[150:200], cols[150:200]] = -np.inf
+    obs[200, 0] = obs[201, 47] = np.nan  # the first and last column
+    many = rng.random((48, 48)) < 0.2  # many bad values per row
+    many[:, 5] = True
+    block = obs[202:250]  # a view
+    block[many] = rng.choice([np.nan, np.inf, -np.inf], many.sum())
+    obs[rows[250:300], cols[250:300]] = 1e30
+    obs[rows[300:350], cols[300:350]] = -1e30
+    obs[rows[350:400], cols[350:400]] = rng.choice([1e20, -1e20, 3e33], 50)
+    big = np.finfo(np.float32).max
+    obs[rows[400:450], cols[400:450]] = rng.choice([big, -big], 50)  # finite: valid input
+    return obs  # rows 450-599 are untouched env observations
+
+
+@pytest.mark.parametrize(("name", "normalized"), [("PPO", True), ("SAC", False), ("TD3", True)])
+def test_nan_and_inf_observations_give_an_error_code_in_c_and_nan_in_onnx(
+    name, normalized, env, vecnormalize, tmp_path
+):
+    """One rule: a non-finite observation row gets UNILAB_ERR_NONFINITE_OBS and no action (C), NaN actions (ONNX)."""
+    # PPO's unsquashed mean at 0.3 gives FLT_MAX rows (clipped to 5 standard deviations) pre-activations so large
+    # that the C header's plain float sums differ from onnxruntime's by 4.2e-6; at 0.1 by far less
+    model = _model(name, env, scale=0.1 if name == "PPO" else 0.3)
+    stats = vecnormalize if normalized else None
+    obs = _bad_observations()
+    if not normalized:  # FLT_MAX through unnormalized layers may overflow in one summation order and not another
+        obs = obs[np.r_[0:400, 450:600]]
+    bad = ~np.isfinite(obs).all(axis=1)
+    assert bad.sum() == 250
+    header = export_c_header(model, tmp_path / "policy.h", vecnormalize=stats)
+    text = header.read_text()
+    assert "#define UNILAB_OK 0" in text and "#define UNILAB_ERR_NONFINITE_OBS 1" in text
+    status, actions = run_header(header, obs)
+    onnx_actions = run_onnx(export_onnx(model, tmp_path / "policy.onnx", vecnormalize=stats), obs)
+    torch_actions = policy_net(model, stats).act(obs)
+
+    np.testing.assert_array_equal(status[bad], 1)  # UNILAB_ERR_NONFINITE_OBS
+    assert (actions[bad] == SENTINEL).all()  # nothing written
+    assert np.isnan(onnx_actions[bad]).all() and np.isnan(torch_actions[bad]).all()
+    # huge finite values are valid inputs: clipped by the normalization, or saturating tanh / the bounds
+    np.testing.assert_array_equal(status[~bad], 0)
+    assert np.isfinite(onnx_actions[~bad]).all()
+    assert np.abs(actions[~bad] - onnx_actions[~bad]).max() <= 1e-5
+    assert np.abs(torch_actions[~bad] - onnx_actions[~bad]).max() <= PARITY_TOLERANCE
+    expected = _expected(model, obs[~bad], stats)  # SB3 on the valid rows (huge ones included)
+    assert np.abs(onnx_actions[~bad] - expected).max() <= PARITY_TOLERANCE
+
+
+def test_an_overflow_inside_the_net_is_not_hidden_by_tanh(tmp_path):
+    """All-positive weights: FLT_MAX overflows float32 in any summation order; tanh(inf) = 1 would hide it."""
+    layers = torch.nn.Sequential(
+        torch.nn.Linear(48, 8), torch.nn.ReLU(), torch.nn.Linear(8, 12), torch.nn.Tanh()
+    )  # fmt: skip
+    with torch.no_grad():
+        for p in layers.parameters():
+            p.fill_(0.5)
+    net = PolicyNet(layers, action_low=-np.ones(12), action_high=np.ones(12), squash_output=True).eval()
+    big = np.finfo(np.float32).max
+    obs = np.zeros((6, 48), np.float32)
+    obs[0] = big  # the first layer overflows
+    obs[1, 3] = big  # the second one does (8 * 0.5 * 0.5 * FLT_MAX)
+    obs[2, 3] = 1e30  # no overflow: saturated, valid
+    obs[3, 0] = np.nan
+    obs[5, 7] = -big  # ReLU gives 0: valid
+    with torch.no_grad():
+        unguarded = layers(torch.as_tensor(obs)).numpy()
+    assert np.isfinite(unguarded[[0, 1]]).all()  # what a plain tanh net answers: a plausible full-scale command
+
+    header = export_c_header(net, tmp_path / "policy.h")
+    assert "#define UNILAB_ERR_OVERFLOW 2" in header.read_text()
+    onnx_actions = run_onnx(export_onnx(net, tmp_path / "policy.onnx"), obs)
+    for flags in (STRICT, ("-std=c99", "-O3", "-ffast-math")):  # the check reads bits: fast-math keeps it
+        status, actions = run_binary(compile_header(header, flags), obs)
+        np.testing.assert_array_equal(status, [2, 2, 0, 1, 0, 0])
+        assert (actions[[0, 1, 3]] == SENTINEL).all()
+        np.testing.assert_allclose(actions[[2, 4, 5]], onnx_actions[[2, 4, 5]], rtol=0, atol=1e-5)
+    assert np.isnan(onnx_actions[[0, 1, 3]]).all() and np.isfinite(onnx_actions[[2, 4, 5]]).all()
+    np.testing.assert_array_equal(onnx_actions[2], 1.0)
+    assert np.isnan(net.act(obs)[[0, 1, 3]]).all()
 
 
 def test_distill_returns_a_student_and_metrics(ppo, vecnormalize, tmp_path):

@@ -3,7 +3,10 @@
     unilab-gym export runs/ppo_sb3/model.zip --out policy.onnx
     unilab-gym export runs/ppo_sb3/model.zip --out student.onnx --distill 64,64 --c-header student.h
 
-The algorithm is read from the saved file. ``VecNormalize`` statistics are loaded only when asked,
+The algorithm is read from the saved file; an asymmetric policy (``privileged_obs=True``,
+``AsymmetricSACPolicy`` / ``AsymmetricActorCriticPolicy``) exports its actor, on the 48 ``"policy"``
+values, with the ``"policy"`` statistics of a ``VecNormalize`` over the ``Dict``.
+``VecNormalize`` statistics are loaded only when asked,
 as ``unilab-gym play`` does: ``--vecnormalize PATH``, or ``--sibling-vecnormalize`` for
 ``<model>_vecnormalize.pkl`` (both the model and the statistics are pickles: load only files you
 trust). With ``--distill``, the ONNX file and the header hold the student; the teacher's figures
@@ -19,6 +22,7 @@ import numpy as np
 
 from unilab_gym.cli.play import ALGOS, algo_of, vecnormalize_to_load
 from unilab_gym.export import PolicyNet, distill, export_c_header, export_onnx, policy_net, weight_bytes
+from unilab_gym.export.policy import load_vecnormalize
 from unilab_gym.export.to_onnx import env_observations, onnx_bytes, onnx_latency_us, onnx_metadata
 
 
@@ -52,11 +56,14 @@ def main(argv: list[str] | None = None) -> Path:
     if not args.model.exists():
         raise SystemExit(f"no model at {args.model}")
     try:
-        stats = vecnormalize_to_load(args.model, args.vecnormalize, args.sibling_vecnormalize)
+        stats = load_vecnormalize(vecnormalize_to_load(args.model, args.vecnormalize, args.sibling_vecnormalize))
     except ValueError as error:
         raise SystemExit(str(error)) from None
     model = (ALGOS[args.algo] if args.algo else algo_of(args.model)).load(args.model, device="cpu")
-    teacher = policy_net(model, stats)
+    try:
+        teacher = policy_net(model, stats)
+    except ValueError as error:  # e.g. statistics of another observation than the model's
+        raise SystemExit(f"{args.model}: {error}") from None
     obs = env_observations()
     if args.distill is None:
         export_onnx(model, args.out, vecnormalize=stats)

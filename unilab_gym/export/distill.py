@@ -88,10 +88,12 @@ def distill(
     1e-8 and clip 10).
 
     Args:
-        model: the teacher: a SAC, TD3, DDPG, PPO or A2C model (``MlpPolicy``).
+        model: the teacher: a SAC, TD3, DDPG, PPO or A2C model (``MlpPolicy``, or an asymmetric policy:
+            its actor, see :func:`~unilab_gym.export.policy.policy_net`).
         env_id: a registered id whose vector env is a :class:`~unilab_gym.vector_env.UniLabVectorEnv`.
         hidden: the student's hidden layer widths (each >= 1).
-        vecnormalize: the teacher's ``VecNormalize``, the path of its saved statistics, or ``None``.
+        vecnormalize: the teacher's ``VecNormalize`` (over a ``Dict`` too: its ``"policy"`` statistics), the
+            path of its saved statistics, or ``None``.
         num_envs: envs stepped together while collecting.
         steps: vector-env steps per round (``num_envs * steps`` labelled states per round).
         dagger_rounds: rounds with the student driving, after the teacher-driven round 0 (>= 0).
@@ -143,7 +145,11 @@ def distill(
     student.eval()
 
     eval_seed = seed + 10_000
-    teacher_return = record_gait(model, env_id, eval_episodes, vecnormalize=stats, seed=eval_seed, **env_kwargs)
+    if isinstance(getattr(stats, "obs_rms", None), dict):  # a VecNormalize over a Dict: the env here is flat, so
+        # the teacher runs as its PolicyNet (model.predict on the normalized "policy" values: export's parity)
+        teacher_return = record_gait(teacher, env_id, eval_episodes, seed=eval_seed, **env_kwargs)
+    else:
+        teacher_return = record_gait(model, env_id, eval_episodes, vecnormalize=stats, seed=eval_seed, **env_kwargs)
     recorder = _Recorder(student)
     student_return = record_gait(recorder, env_id, eval_episodes, seed=eval_seed, **env_kwargs)
     held_out = np.concatenate(recorder.seen)

@@ -12,6 +12,14 @@ and ``VecNormalize`` do (SB3 ``BasePolicy.predict``, ``VecNormalize._normalize_o
 3. the action: ``low + 0.5 * (a + 1) * (high - low)`` (SB3 ``unscale_action``) if the policy squashes
    its output, else ``clip(a, low, high)``.
 
+**Bad inputs are never hidden** (the rule of every exported form, :data:`NONFINITE_RULE`): a row
+whose observation holds a NaN or an infinity, or whose computation overflows (a ``Linear`` layer
+gives a non-finite value, as a huge finite observation can without normalization), gets an action
+row of NaN, whatever ``VecNormalize``'s clip or the final ``tanh`` / clip would have made of it.
+SB3's ``predict`` differs there: ``clip`` maps an infinite observation to ``±clip_obs`` and ``tanh``
+maps an overflow to ``±1``, plausible actions from a faulty sensor. On finite inputs without
+overflow, the action is SB3's.
+
 The distilled student of :func:`unilab_gym.export.distill` is a ``PolicyNet`` too, so both export
 the same way.
 """
@@ -31,6 +39,12 @@ from unilab_gym.tasks.quadruped import ACT_DIM, OBS_DIM
 
 #: Layer types a ``PolicyNet`` may hold (the C header implements exactly these).
 LAYER_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.ReLU, nn.Tanh, nn.ELU, nn.LeakyReLU, nn.Hardtanh)
+
+#: The rule for bad inputs, the same in the torch module, the ONNX graph and the C header.
+NONFINITE_RULE = (
+    "an observation row with a NaN or an infinity, or whose computation overflows (a Linear layer "
+    "gives a non-finite value), gets NaN actions (torch, ONNX) / an error code and no action (C)"
+)
 
 
 class PolicyNet(nn.Module):
@@ -95,14 +109,24 @@ class PolicyNet(nn.Module):
             self.clip_obs = float(clip_obs)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """``(batch, 48)`` float32 raw observations -> ``(batch, 12)`` float32 actions within the bounds."""
+        """``(batch, 48)`` float32 raw observations -> ``(batch, 12)`` float32 actions within the bounds.
+
+        A row whose observation is not finite, or in which a ``Linear`` layer's output is not finite
+        (an overflow), is all NaN (:data:`NONFINITE_RULE`); the other rows are unaffected.
+        """
+        ok = torch.isfinite(obs).all(dim=-1, keepdim=True)
         x = obs
         if self.normalizes:
             x = ((obs.double() - self.obs_mean) / self.obs_std).clamp(-self.clip_obs, self.clip_obs).float()
-        a = self.layers(x)
+        for layer in self.layers:
+            x = layer(x)
+            if isinstance(layer, nn.Linear):
+                ok = ok & torch.isfinite(x).all(dim=-1, keepdim=True)
         if self.squash_output:
-            return self.action_low + 0.5 * (a + 1.0) * (self.action_high - self.action_low)
-        return torch.maximum(torch.minimum(a, self.action_high), self.action_low)
+            action = self.action_low + 0.5 * (x + 1.0) * (self.action_high - self.action_low)
+        else:
+            action = torch.maximum(torch.minimum(x, self.action_high), self.action_low)
+        return torch.where(ok, action, torch.full_like(action, float("nan")))
 
     def num_params(self) -> int:
         """Weights and biases of :attr:`layers` (the normalization constants and bounds are not counted)."""
@@ -121,8 +145,13 @@ class PolicyNet(nn.Module):
 def load_vecnormalize(vecnormalize: Any) -> Any:
     """A ``VecNormalize`` (returned as is), the path of its saved statistics (a pickle: trust the file), or ``None``.
 
+    Both kinds of SB3 ``VecNormalize`` are accepted: over a flat ``Box`` observation (``obs_rms`` one
+    ``RunningMeanStd``) and over a ``Dict`` observation, e.g. ``privileged_obs=True`` (``obs_rms`` a
+    dict key -> ``RunningMeanStd`` over its ``norm_obs_keys``); one with ``norm_obs=False`` too (it
+    has no ``obs_rms``). Which statistics a policy reads is :func:`normalization`'s choice.
+
     Raises:
-        ValueError: anything else, or a ``VecNormalize`` that does not normalize one flat observation.
+        ValueError: anything else (the message shows it), e.g. a pickle of another object.
     """
     if vecnormalize is None:
         return None
@@ -130,11 +159,59 @@ def load_vecnormalize(vecnormalize: Any) -> Any:
         with open(vecnormalize, "rb") as f:  # SB3's VecNormalize.save format is a pickle
             vecnormalize = pickle.load(f)
     rms = getattr(vecnormalize, "obs_rms", None)
-    if not hasattr(vecnormalize, "clip_obs") or not hasattr(rms, "mean"):
+    stats = list(rms.values()) if isinstance(rms, dict) else [rms]
+    has_stats = all(hasattr(r, "mean") and hasattr(r, "var") for r in stats) or not getattr(
+        vecnormalize, "norm_obs", True
+    )
+    if not (hasattr(vecnormalize, "clip_obs") and hasattr(vecnormalize, "epsilon") and has_stats):
         raise ValueError(
             f"vecnormalize must be a VecNormalize, the path of its saved statistics, or None; got {vecnormalize!r}"
         )
     return vecnormalize
+
+
+def normalization(stats: Any, actor_key: str | None) -> dict[str, Any]:
+    """The normalization arguments of :class:`PolicyNet` (``obs_mean``, ``obs_var``, ``epsilon``, ``clip_obs``).
+
+    Args:
+        stats: a ``VecNormalize`` (as :func:`load_vecnormalize` returns it) or ``None``.
+        actor_key: the ``Dict`` key the actor reads (``"policy"`` for the asymmetric policies), or
+            ``None`` for a model with flat ``Box`` observations.
+
+    Returns:
+        ``{}`` (no normalization) for ``None``, ``norm_obs=False``, or a ``Dict`` ``VecNormalize`` whose
+        ``norm_obs_keys`` leave ``actor_key`` out (SB3 then passes that key through unchanged); else the
+        statistics of the flat observation, or those of ``actor_key`` alone (a ``Dict`` ``VecNormalize``:
+        the other keys' statistics, e.g. the critic's, are left out).
+
+    Raises:
+        ValueError: a ``Dict`` ``VecNormalize`` for a flat-observation model or the reverse, or statistics
+            whose shape is not ``(48,)``.
+    """
+    if stats is None or not getattr(stats, "norm_obs", True):
+        return {}
+    rms = stats.obs_rms
+    if isinstance(rms, dict):
+        if actor_key is None:
+            raise ValueError(
+                f"vecnormalize normalizes a Dict observation (keys {sorted(rms)}), but the model observes a flat "
+                f"({OBS_DIM},) Box: pass the VecNormalize the model was trained with"
+            )
+        if actor_key not in rms:
+            return {}
+        rms, where = rms[actor_key], f"vecnormalize.obs_rms[{actor_key!r}]"
+    elif actor_key is not None:
+        raise ValueError(
+            f"vecnormalize normalizes a flat observation of shape {np.shape(rms.mean)}, but the model observes a "
+            f"Dict (the actor reads {actor_key!r}): pass the VecNormalize over the Dict the model was trained with"
+        )
+    else:
+        where = "vecnormalize.obs_rms"
+    if np.shape(rms.mean) != (OBS_DIM,) or np.shape(rms.var) != (OBS_DIM,):
+        raise ValueError(
+            f"{where} has mean / var of shape {np.shape(rms.mean)} / {np.shape(rms.var)}; the actor reads ({OBS_DIM},)"
+        )
+    return {"obs_mean": rms.mean, "obs_var": rms.var, "epsilon": stats.epsilon, "clip_obs": stats.clip_obs}
 
 
 def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
@@ -146,10 +223,13 @@ def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
             ``AsymmetricActorCriticPolicy`` (``Dict`` observations): its actor alone, on the 48-value
             ``"policy"`` observation (the critic and its privileged inputs are left out).
         vecnormalize: the ``VecNormalize`` the model was trained with, the path of its saved statistics,
-            or ``None``. Its statistics are folded in (read, never updated).
+            or ``None``. Its statistics are folded in (read, never updated); for an asymmetric model
+            trained under a ``VecNormalize`` over the ``Dict``, those of the ``"policy"`` key
+            (``actor_key``) alone (:func:`normalization`).
 
     Returns:
-        A ``PolicyNet`` in eval mode equal to ``model.predict(normalize(obs), deterministic=True)``.
+        A ``PolicyNet`` in eval mode equal to ``model.predict(normalize(obs), deterministic=True)`` on finite
+        observations (bad inputs give NaN: :data:`NONFINITE_RULE`).
 
     Raises:
         ValueError: an unsupported model or policy (another algorithm, a custom features extractor,
@@ -170,6 +250,8 @@ def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
     actor_key = getattr(policy, "actor_key", None)  # an asymmetric policy: the actor reads obs[actor_key] alone
     if isinstance(obs_space, spaces.Dict) and actor_key in obs_space.spaces:
         obs_space = obs_space.spaces[actor_key]
+    else:
+        actor_key = None
     if not (isinstance(obs_space, spaces.Box) and obs_space.shape == (OBS_DIM,)):
         raise ValueError(f"model must be an SB3 model with ({OBS_DIM},) Box observations; got {type(model).__name__}")
     if not (isinstance(act_space, spaces.Box) and act_space.shape == (ACT_DIM,)):
@@ -192,13 +274,7 @@ def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
             "only MlpPolicy (FlattenExtractor) and the asymmetric policies (KeyExtractor) are supported; "
             f"got {type(extractor).__name__}"
         )
-    stats = load_vecnormalize(vecnormalize)
-    norm = {}
-    rms = getattr(stats, "obs_rms", None)
-    if isinstance(rms, dict):  # VecNormalize over a Dict observation: the actor key's statistics, if it has them
-        rms = rms.get(actor_key)
-    if stats is not None and getattr(stats, "norm_obs", True) and rms is not None:
-        norm = {"obs_mean": rms.mean, "obs_var": rms.var, "epsilon": stats.epsilon, "clip_obs": stats.clip_obs}
+    norm = normalization(load_vecnormalize(vecnormalize), actor_key)
     net = PolicyNet(
         nn.Sequential(*_flat(copy.deepcopy(nn.Sequential(*layers)).cpu().float())),
         action_low=act_space.low,

@@ -6,6 +6,11 @@ exporter, ``dynamo=False``: it needs no ``onnxscript`` and writes opset 17 nativ
 :class:`~unilab_gym.export.policy.PolicyNet` of the model. Before it is written, onnxruntime runs it
 on :data:`PARITY_OBSERVATIONS` observations of the env (random actions, :func:`env_observations`)
 and its actions are compared with ``model.predict(obs, deterministic=True)``.
+
+Bad inputs are never hidden (:data:`~unilab_gym.export.policy.NONFINITE_RULE`): a row of ``obs``
+holding a NaN or an infinity, or whose computation overflows float32, gets an ``action`` row of NaN
+(``IsNaN`` / ``IsInf`` on the input and on every ``Gemm``'s output, then ``Where``); the other rows
+of the batch are unaffected. The C header returns an error code for the same rows.
 """
 
 from __future__ import annotations
@@ -100,17 +105,21 @@ def export_onnx(model: Any, path: str | Path, *, vecnormalize: Any = None, opset
     """Write a policy's deterministic action as an ONNX model, after checking it against the policy.
 
     Args:
-        model: a SAC, TD3, DDPG, PPO or A2C model (``MlpPolicy``), or a
+        model: a SAC, TD3, DDPG, PPO or A2C model (``MlpPolicy``, or the asymmetric policies of
+            ``privileged_obs=True``: the actor alone, on the 48 ``"policy"`` values), or a
             :class:`~unilab_gym.export.policy.PolicyNet` (e.g. a distilled student; a
             :class:`~unilab_gym.export.distill.DistillResult` gives its student).
         path: the ``.onnx`` file to write (its folder is created).
         vecnormalize: the ``VecNormalize`` the model was trained with, or the path of its saved
             statistics (a pickle: only a file you trust), or ``None``. Its mean, variance, epsilon and
-            clip are folded into the graph. Must be ``None`` for a ``PolicyNet``.
+            clip are folded into the graph; for a ``VecNormalize`` over a ``Dict`` (an asymmetric
+            policy), those of the ``"policy"`` key alone. Must be ``None`` for a ``PolicyNet``.
         opset: the ONNX opset (>= 13).
 
     Returns:
-        ``path``. The model's ``metadata_props`` hold ``env_id``, ``obs_layout`` (JSON: name ->
+        ``path``. The graph maps ``obs`` ``(batch, 48)`` float32 to ``action`` ``(batch, 12)`` float32, with
+        NaN rows for non-finite or overflowing observations (see the module docstring). The model's
+        ``metadata_props`` hold ``env_id``, ``obs_layout`` (JSON: name ->
         [start, stop) columns), ``action_scale`` (rad per unit of action), ``control_period`` (s),
         ``versions`` (JSON: package -> version), ``algo``, ``parity_max_abs_diff`` and
         ``parity_observations``; the parity figure is also logged at INFO level.
