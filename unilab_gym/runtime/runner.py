@@ -333,9 +333,29 @@ class AsyncRunner(RunnerControl):
                 self._loop.run(self._pool, self.metrics, total, callback, log_interval)
             callback.on_training_end()
         except BaseException:
+            _close_progress_bars(callback)  # first: a live bar would redraw over the traceback
             self.close()
             raise
         return model
+
+
+def _close_progress_bars(callback: Any) -> None:
+    """Close the bar of every SB3 ``ProgressBarCallback`` in ``callback`` (a ``CallbackList`` tree).
+
+    SB3 closes its tqdm/rich bar only in ``on_training_end``. When ``learn`` is left by an
+    exception (Ctrl-C), rich's live display keeps redrawing over the traceback, and ``tqdm.__del__``
+    runs at interpreter exit, where it fails (``ImportError: sys.meta_path is None``). Closing a
+    closed bar does nothing. Anything that is not a callback (a user's raw argument) is ignored.
+    """
+    from stable_baselines3.common.callbacks import CallbackList, ProgressBarCallback
+
+    pending = [callback]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, CallbackList):
+            pending.extend(item.callbacks)
+        elif isinstance(item, ProgressBarCallback) and getattr(item, "pbar", None) is not None:
+            item.pbar.close()
 
 
 @contextlib.contextmanager
