@@ -62,6 +62,7 @@ from common import (
     write_json,
 )
 
+from unilab_gym.cli import HelpFormatter
 from unilab_gym.validation import check_positive, check_positive_int
 
 ID = "UniLab/Quadruped-v0"
@@ -280,17 +281,17 @@ def report(payload: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=5.0, help="training budget per run (default 5)")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--minutes", type=float, default=5.0, help="training budget per run, in minutes")
     parser.add_argument("--wall-clock", action="store_true", help="budget in wall-clock time, not process CPU time")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per configuration")
+    parser.add_argument("--num-envs", type=int, default=64, help="training envs")
     parser.add_argument("--episodes", type=int, default=64, help="evaluation episodes per run over the grid")
     parser.add_argument("--eval-steps", type=int, default=500, help="control steps per evaluation episode")
-    parser.add_argument("--grid", default=GRID)
-    parser.add_argument("--parallel", type=int, default=1, help="runs at once (default 1: one after the other)")
+    parser.add_argument("--grid", default=GRID, help="evaluation grid, as unilab-gym robustness --grid")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (1: one after the other)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 20 s, 8 envs, a 2 x 2 grid")
-    parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "asymmetric"))
+    parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "asymmetric"), help="output directory")
     parser.add_argument("--models", default="runs/asymmetric_check", help="where each run's model.zip goes")
     args = parser.parse_args(argv)
     if args.quick:

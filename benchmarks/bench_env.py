@@ -30,6 +30,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS_DIR, machine_info, peak_rss_mb, run_interleaved, summarize, tree_rss_mb, write_json
 
+from unilab_gym.cli import HelpFormatter
+
 
 def _timed(step, n_envs: int, steps: int, warmup: int) -> dict[str, float]:
     rng = np.random.default_rng(0)
@@ -130,9 +132,9 @@ def run_async(num_envs: int, steps: int, warmup: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("--quick", action="store_true", help="N=64 only, 1 repeat, fewer steps")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per configuration")
     parser.add_argument("--steps", type=int, default=100, help="timed control steps per run")
     parser.add_argument("--sweep-cluster", action="store_true", help="benchmark envs_per_cluster at N=64 instead")
     args = parser.parse_args()

@@ -34,6 +34,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS_DIR, machine_info, run_interleaved, summarize, write_json
 
+from unilab_gym.cli import HelpFormatter
+
 ID = "UniLab/Quadruped-v0"
 
 
@@ -148,10 +150,10 @@ def run_runner(num_envs: int, steps: int, metrics: bool) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer steps and repeats")
-    parser.add_argument("--num-envs", type=int, default=64)
-    parser.add_argument("--out", default=RESULTS_DIR)
+    parser.add_argument("--num-envs", type=int, default=64, help="envs per configuration")
+    parser.add_argument("--out", default=RESULTS_DIR, help="output directory")
     args = parser.parse_args()
     repeats, steps, blocks = (2, 200, 25) if args.quick else (5, 800, 100)
     n = args.num_envs

@@ -39,6 +39,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS_DIR, busy_cores, cpu_jiffies, machine_info, run_interleaved, summarize, write_json
 from compare_sb3 import run_ppo, table
 
+from unilab_gym.cli import HelpFormatter
+
 NUM_ENVS = 64
 N_STEPS = 64
 CONFIGS = {
@@ -109,11 +111,11 @@ def report(runs: dict[str, list[dict[str, Any]]], total_steps: int, seeds: int) 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1 seed, 4 rollouts")
     parser.add_argument("--rollouts", type=int, default=None, help="rollouts of 4,096 env steps per run (default 20)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds (default 3)")
-    parser.add_argument("--out", default=RESULTS_DIR)
+    parser.add_argument("--out", default=RESULTS_DIR, help="output directory")
     args = parser.parse_args(argv)
     rollouts = args.rollouts or (4 if args.quick else 20)
     seeds = args.seeds or (1 if args.quick else 3)

@@ -42,6 +42,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS_DIR, busy_warning, machine_info, run_interleaved, sample_load, summarize, write_json
 
+from unilab_gym.cli import HelpFormatter
+
 ID = "UniLab/Quadruped-v0"
 NUM_ENVS = 64
 CONFIGS = {"process": "process", "ray (local)": "ray"}
@@ -168,13 +170,11 @@ def run_ingest(rows_per_result: int, results: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 repeats of 64 * 120 env steps")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--steps", type=int, default=None, help="env steps per run")
-    parser.add_argument("--out", default=RESULTS_DIR)
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 3; quick 2)")
+    parser.add_argument("--steps", type=int, default=None, help="env steps per run (default 64 * 300; quick 64 * 120)")
+    parser.add_argument("--out", default=RESULTS_DIR, help="output directory")
     args = parser.parse_args(argv)
     repeats = args.repeats or (2 if args.quick else 3)
     quick = args.quick

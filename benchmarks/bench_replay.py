@@ -438,16 +438,18 @@ def table(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--capacity", type=int, default=1_000_000)
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--rows-per-add", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--adds-per-round", type=int, default=200)
-    p.add_argument("--samples-per-round", type=int, default=200)
-    p.add_argument("--only", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS))
+    from unilab_gym.cli import HelpFormatter
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
+    p.add_argument("--capacity", type=int, default=1_000_000, help="transitions per buffer")
+    p.add_argument("--batch", type=int, default=256, help="transitions per sample")
+    p.add_argument("--rows-per-add", type=int, default=64, help="transitions per add (one step of 64 envs)")
+    p.add_argument("--rounds", type=int, default=15, help="interleaved rounds (the median is reported)")
+    p.add_argument("--adds-per-round", type=int, default=200, help="timed adds per round")
+    p.add_argument("--samples-per-round", type=int, default=200, help="timed samples per round")
+    p.add_argument("--only", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS), help="buffers to run")
     p.add_argument("--quick", action="store_true", help="small smoke run (capacity 20k, 3 rounds)")
-    p.add_argument("--out", help="directory to write bench_replay.json and bench_replay.md")
+    p.add_argument("--out", help="directory to write bench_replay.json and bench_replay.md (default: print only)")
     p.add_argument("--baseline-rev", default="HEAD", help="git revision of the shared_v1 contender")
     args = p.parse_args(argv)
     global BASELINE_REV

@@ -16,6 +16,7 @@ import time
 import numpy as np
 from tianshou.data import Batch, VectorReplayBuffer
 
+from unilab_gym.cli import HelpFormatter
 from unilab_gym.integrations.tianshou import SharedVectorReplayBuffer
 
 
@@ -33,9 +34,9 @@ def step_batch(rng: np.random.Generator, n: int) -> Batch:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=200_000)
-    parser.add_argument("--num-envs", type=int, default=64)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
+    parser.add_argument("--size", type=int, default=200_000, help="buffer capacity in transitions")
+    parser.add_argument("--num-envs", type=int, default=64, help="envs (sub-buffers)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     batch, steps = step_batch(rng, args.num_envs), args.size // args.num_envs + 1

@@ -68,6 +68,8 @@ from common import (
     write_json,
 )
 
+from unilab_gym.cli import HelpFormatter
+
 ID = "UniLab/Quadruped-v0"
 EPISODE_STEPS = 250
 
@@ -429,7 +431,7 @@ def plot(report: dict[str, Any], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="about 3 minutes on 2 cores")
     mode.add_argument("--smoke", action="store_true", help="well under a minute: every configuration, tiny sizes")

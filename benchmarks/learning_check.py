@@ -92,6 +92,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS_DIR, machine_info, run_interleaved, warn_if_busy, write_json
 
+from unilab_gym.cli import HelpFormatter
 from unilab_gym.validation import check_positive, check_positive_int, check_real
 
 ID = "UniLab/Quadruped-v0"
@@ -571,7 +572,7 @@ def select(only: str | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0], formatter_class=HelpFormatter)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="1 seed, 45 s budget (~6.5 min)")
     mode.add_argument("--smoke", action="store_true", help="CI: 8 envs, 9 s budget, 50-step episodes, in-process")
@@ -585,7 +586,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=None,
         help=f"return to reach (default {DEFAULT_THRESHOLD:g}; see the docstring)",
     )
-    parser.add_argument("--out", default=RESULTS_DIR, help="output directory (default benchmarks/results)")
+    parser.add_argument("--out", default=RESULTS_DIR, help="output directory")
     parser.add_argument("--plot-only", action="store_true", help="re-summarize and redraw from --out's JSON")
     args = parser.parse_args(argv)
     if args.plot_only:

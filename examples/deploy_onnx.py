@@ -21,6 +21,7 @@ import numpy as np
 import onnxruntime as ort
 
 import unilab_gym  # noqa: F401  (registers UniLab/Quadruped-v0)
+from unilab_gym.cli import HelpFormatter
 
 
 def episode_returns(path: str, episodes: int = 4, seed: int = 0, **env_kwargs) -> np.ndarray:
@@ -43,10 +44,12 @@ def episode_returns(path: str, episodes: int = 4, seed: int = 0, **env_kwargs) -
 
 def main(argv: list[str] | None = None) -> np.ndarray:
     """Run the episodes and print their returns (as JSON with ``--json``)."""
-    parser = argparse.ArgumentParser(description="Run an exported ONNX policy in UniLab/Quadruped-v0.")
+    parser = argparse.ArgumentParser(
+        description="Run an exported ONNX policy in UniLab/Quadruped-v0.", formatter_class=HelpFormatter
+    )
     parser.add_argument("policy", help="an .onnx file written by unilab_gym.export")
-    parser.add_argument("--episodes", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--episodes", type=int, default=4, help="episodes, one per env of one vector env")
+    parser.add_argument("--seed", type=int, default=0, help="env i is seeded seed + i")
     parser.add_argument("--max-episode-steps", type=int, default=1000, help="control steps per episode (50 per s)")
     parser.add_argument("--json", action="store_true", help="print the returns as a JSON list")
     args = parser.parse_args(argv)

@@ -24,6 +24,7 @@ from stable_baselines3 import SAC
 from stable_baselines3.common.callbacks import BaseCallback
 
 from unilab_gym import AsyncRunner, SharedReplayBuffer
+from unilab_gym.cli import HelpFormatter
 from unilab_gym.integrations.sb3 import make_sb3_env
 
 ID = "UniLab/Quadruped-v0"
@@ -57,13 +58,13 @@ class Halfway(BaseCallback):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     parser.add_argument("--total-steps", type=int, default=20_000, help="env steps (transitions) to train for")
-    parser.add_argument("--num-collectors", type=int, default=2)
-    parser.add_argument("--envs-per-collector", type=int, default=8)
-    parser.add_argument("--new-learning-rate", type=float, default=1e-4)
-    parser.add_argument("--run-dir", type=Path, default=None, help="snapshots and token file (default: under runs/)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-collectors", type=int, default=2, help="collector processes")
+    parser.add_argument("--envs-per-collector", type=int, default=8, help="envs stepped by each collector")
+    parser.add_argument("--new-learning-rate", type=float, default=1e-4, help="the learning rate set halfway through")
+    parser.add_argument("--run-dir", type=Path, default=None, help="snapshots and token file (None: under runs/)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model and the collectors' envs")
     parser.add_argument("--collector-timeout-s", type=float, default=60.0, help="seconds a collector may stall")
     return parser.parse_args(argv)
 

@@ -19,24 +19,31 @@ import torch
 from stable_baselines3 import SAC
 
 from unilab_gym import AsyncRunner, SharedReplayBuffer
+from unilab_gym.cli import HelpFormatter
 from unilab_gym.integrations.sb3 import make_sb3_env
 
 ID = "UniLab/Quadruped-v0"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--total-steps", type=int, default=300_000, help="env steps (transitions) to train for")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-collectors", type=int, default=2)
-    parser.add_argument("--envs-per-collector", type=int, default=32)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
+    parser.add_argument(
+        "--total-steps",
+        type=int,
+        default=300_000,
+        help="env steps (transitions) to train for; the default takes ~18 min on 2 idle cores "
+        "(~280 env-steps/s in benchmarks/learning_check.py: the gradient steps set the pace)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model and the collectors' envs")
+    parser.add_argument("--num-collectors", type=int, default=2, help="collector processes (one per core)")
+    parser.add_argument("--envs-per-collector", type=int, default=32, help="envs stepped by each collector")
     parser.add_argument("--replay-ratio", type=float, default=8 / 64, help="gradient steps per transition")
     parser.add_argument("--learning-starts", type=int, default=10_000, help="random transitions before training")
-    parser.add_argument("--save-path", type=Path, default=Path("runs/sac_async/model"))
+    parser.add_argument("--save-path", type=Path, default=Path("runs/sac_async/model"), help="writes <save-path>.zip")
     parser.add_argument("--threads", type=int, default=1, help="learner torch threads (collectors use 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
     parser.add_argument(
-        "--metrics-port", type=int, default=None, help="serve pipeline metrics to Prometheus on this port"
+        "--metrics-port", type=int, default=None, help="serve pipeline metrics to Prometheus on this port (None: off)"
     )
     return parser.parse_args(argv)
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from unilab_gym.cli import HelpFormatter
+
 ENV_ID = "UniLab/Quadruped-v0"
 
 
@@ -57,14 +59,18 @@ def collect_random(handle, transitions: int, num_envs: int, seed: int) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--total-steps", type=int, default=10_000, help="SAC env steps (transitions) to train for")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--num-envs", type=int, default=16)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
+    p.add_argument(
+        "--total-steps", type=int, default=10_000, help="SAC env steps (transitions) to train for (~1-2 min on 2 cores)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the model and the envs")
+    p.add_argument("--num-envs", type=int, default=16, help="envs of SAC and of the collector process")
     p.add_argument("--prefill", type=int, default=2_000, help="random transitions written by the collector process")
     p.add_argument("--gradient-steps", type=int, default=2, help="gradient steps per vector step")
-    p.add_argument("--buffer-size", type=int, default=200_000)
-    p.add_argument("--save-path", type=Path, default=Path("runs/sac_shared_replay/model"))
+    p.add_argument("--buffer-size", type=int, default=200_000, help="replay capacity in transitions")
+    p.add_argument(
+        "--save-path", type=Path, default=Path("runs/sac_shared_replay/model"), help="writes <save-path>.zip"
+    )
     p.add_argument("--save-replay", action="store_true", help="also save the replay (a plain copy)")
     return p.parse_args(argv)
 

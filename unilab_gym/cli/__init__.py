@@ -16,6 +16,21 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """``--help`` with each option's default, and descriptions kept as written.
+
+    ``argparse.ArgumentDefaultsHelpFormatter`` appends ``(default: X)`` to every option with a help
+    text; this one leaves out ``None`` defaults and flags (``store_true``), whose help says what
+    happens without them. The subcommands, the examples and the benchmarks use it.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or isinstance(action.default, bool):
+            return action.help
+        return super()._get_help_string(action)
+
+
 #: subcommand -> (module with ``main(argv)``, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "robustness": (

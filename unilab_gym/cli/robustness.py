@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from unilab_gym.cli import HelpFormatter
 from unilab_gym.cli._video import write_video
 from unilab_gym.randomization import PARAMETERS, DomainRandomization
 from unilab_gym.trace import FALL_CONDITIONS, package_versions
@@ -405,16 +406,21 @@ def replay(
     index: int,
     policy: Policy,
     video: str | Path | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Re-run episode ``index`` of ``results`` with ``policy``; optionally write a video of it.
 
     The episode's observation is fed to the policy at its original row of a batch of the
     original shape, so the actions are the evaluation's bit for bit (same torch thread count).
+    ``progress`` shows a tqdm bar of the control steps, out of the recorded episode's length
+    (rendering makes a step 0.05 to 0.1 s on 2 cores: a 1000-step episode takes a minute or more).
 
     Returns:
         The replayed episode's ``return``, ``length``, ``termination``, ``fall_conditions`` and
         ``matches`` (all four equal to the record's).
     """
+    from tqdm.auto import tqdm
+
     from unilab_gym.vector_env import replay_env
 
     record = results["episodes"][index]
@@ -426,6 +432,7 @@ def replay(
     row = record["env"]
     frames = [env.render_env(0)] if render else []
     total, length = 0.0, 0
+    bar = tqdm(total=record["length"], desc="replay", unit="step", disable=not progress)
     try:
         while True:
             batch[row] = obs[0]
@@ -433,12 +440,14 @@ def replay(
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward[0])
             length += 1
+            bar.update()
             if render:
                 frames.append(env.render_env(0))
             if terminated[0] or truncated[0]:
                 break
         conditions = env.parameter_trace()[0]["fall_conditions"]
     finally:
+        bar.close()
         env.close()
     if video is not None:
         write_video(Path(video), frames, fps=round(1.0 / (results["env"]["dt"] * results["env"]["substeps"])))
@@ -458,6 +467,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="unilab-gym robustness",
         description="Evaluate a saved SB3 policy over a grid of physics perturbations; write a Markdown "
         "report, a success-rate heat map and the raw JSON. Or replay one episode of such a run.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "--model", type=Path, help="SB3 model .zip (also with --replay: a results file never loads one on its own)"
@@ -467,7 +477,7 @@ def _parser() -> argparse.ArgumentParser:
         "--vecnormalize",
         type=Path,
         default=None,
-        help="VecNormalize statistics (.pkl) to apply, frozen (default: none); a pickle runs code: name only "
+        help="VecNormalize statistics (.pkl) to apply, frozen (none by default); a pickle runs code: name only "
         "a file you trust",
     )
     parser.add_argument(
@@ -476,19 +486,17 @@ def _parser() -> argparse.ArgumentParser:
         help="load <model stem>_vecnormalize.pkl next to --model (prints the path it loads)",
     )
     parser.add_argument("--grid", help="axes name=low:high:n, comma-separated, e.g. friction=0.3:1.2:4,mass=-1:3:4")
+    parser.add_argument("--episodes", type=int, default=1000, help="total episodes, split evenly over the cells")
     parser.add_argument(
-        "--episodes", type=int, default=1000, help="total episodes, split evenly over the cells (default 1000)"
+        "--max-episode-steps", type=int, default=1000, help="episode length in control steps (1000 = 20 s)"
     )
+    parser.add_argument("--num-envs", type=int, default=64, help="robots stepped at once")
+    parser.add_argument("--seed", type=int, default=0, help="episode j of every cell runs in an env seeded seed + j")
+    parser.add_argument("--out", type=Path, default=Path("robustness"), help="output directory")
     parser.add_argument(
-        "--max-episode-steps", type=int, default=1000, help="episode length in control steps (default 1000 = 20 s)"
+        "--threads", type=int, default=1, help="torch CPU threads (a replay needs the evaluation's value)"
     )
-    parser.add_argument("--num-envs", type=int, default=64, help="robots stepped at once (default 64)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("robustness"), help="output directory (default ./robustness)")
-    parser.add_argument(
-        "--threads", type=int, default=1, help="torch CPU threads (default 1; replays need the evaluation's value)"
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument(
         "--replay",
         metavar="RESULTS[:INDEX]",
@@ -615,7 +623,9 @@ def _run_replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> di
             file=sys.stderr,
         )
     _set_threads(args.threads)
-    outcome = replay(results, index, load_policy(args.model, algo, vecnormalize), video=args.video)
+    outcome = replay(
+        results, index, load_policy(args.model, algo, vecnormalize), video=args.video, progress=not args.no_progress
+    )
     record = results["episodes"][index]
     print(
         f"episode {index} (cell {record['cell']}, episode seed {record['episode_seed']}): "
