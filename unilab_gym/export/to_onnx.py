@@ -9,8 +9,9 @@ and its actions are compared with ``model.predict(obs, deterministic=True)``.
 
 Bad inputs are never hidden (:data:`~unilab_gym.export.policy.NONFINITE_RULE`): a row of ``obs``
 holding a NaN or an infinity, or whose computation overflows float32, gets an ``action`` row of NaN
-(``IsNaN`` / ``IsInf`` on the input and on every ``Gemm``'s output, then ``Where``); the other rows
-of the batch are unaffected. The C header returns an error code for the same rows.
+(the graph adds ``sum(0 * v)`` over the row's input and every ``Gemm`` output ``v`` to the action: 0
+for finite values, NaN otherwise, IEEE 754); the other rows of the batch are unaffected, bit for bit.
+The C header returns an error code for the same rows.
 """
 
 from __future__ import annotations
