@@ -9,8 +9,10 @@ value, so callers validate at the boundary and keep no state from a bad call.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import numbers
+import socket
 from typing import Any
 
 import numpy as np
@@ -97,6 +99,34 @@ def check_positive(name: str, value: Any) -> float:
         ValueError: not a finite real number, or <= 0.
     """
     return check_real(name, value, minimum=0.0, exclusive_minimum=True)
+
+
+def check_host(name: str, value: Any) -> str:
+    """``value`` as an address a server can bind: an IPv4 or IPv6 address, or a host name that resolves.
+
+    A value made only of digits and dots (``"256.1.1.1"``, ``"127.1"``) must be a valid dotted-quad
+    IPv4 address; it is never looked up as a host name. A host name is resolved with
+    ``socket.getaddrinfo`` (the local resolver: ``/etc/hosts``, then DNS).
+
+    Raises:
+        ValueError: not a non-empty ``str``, an invalid IP address, or a host name that does not resolve.
+    """
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a host name or IP address (a non-empty str), got {value!r}")
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if ":" in value or all(ch.isdigit() or ch == "." for ch in value):
+        raise ValueError(f"{name} must be a host name or IP address, got {value!r}: not a valid IPv4 or IPv6 address")
+    try:
+        socket.getaddrinfo(value, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as error:  # socket.gaierror is an OSError
+        raise ValueError(
+            f"{name} must be a host name or IP address, got {value!r}, which does not resolve ({error})"
+        ) from None
+    return value
 
 
 def check_real_array(name: str, value: Any) -> np.ndarray:

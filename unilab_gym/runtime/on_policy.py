@@ -63,6 +63,7 @@ from unilab_gym.runtime.collector import Collector, autoreset_mode_of, obs_tenso
 from unilab_gym.runtime.control import ROLLOUTS, STEP_CALLS, TRANSITIONS
 from unilab_gym.runtime.loop import LearnerLoop
 from unilab_gym.runtime.normalization import NormalizationSpec
+from unilab_gym.runtime.pool import check_env_count
 from unilab_gym.runtime.rollout import SLOTS, RolloutHandle, RolloutStorage, put_obs
 from unilab_gym.validation import check_int
 
@@ -231,13 +232,7 @@ class OnPolicyLoop(LearnerLoop):
         if replay_ratio is not None:
             raise ValueError(f"replay_ratio is for off-policy models; {type(model).__name__} trains once per rollout")
         n_envs = num_collectors * envs_per_collector
-        if model.n_envs != n_envs:
-            raise ValueError(
-                f"the model's env has {model.n_envs} envs but the runner collects with num_collectors * "
-                f"envs_per_collector = {num_collectors} * {envs_per_collector} = {n_envs}; a rollout is n_steps x "
-                f"n_envs transitions, so build the model with an env of {n_envs} envs (e.g. make_sb3_env(env_id, "
-                f"{n_envs})) or change the counts"
-            )
+        check_env_count(model.n_envs, num_collectors, envs_per_collector, off_policy=False)
         if getattr(model, "use_sde", False):
             raise ValueError("AsyncRunner does not support gSDE exploration (use_sde=True)")
         obs_space = model.observation_space

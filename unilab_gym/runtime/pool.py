@@ -180,6 +180,87 @@ class CollectorSetup:
         return self.seed + index + restarts * self.num_collectors
 
 
+def check_env_count(n_envs: int, num_collectors: int, envs_per_collector: int, *, off_policy: bool) -> None:
+    """Check that a model whose env has ``n_envs`` envs can be driven by ``num_collectors * envs_per_collector``.
+
+    On-policy (PPO, A2C), a rollout is ``n_steps x n_envs`` transitions, so ``n_envs`` must equal
+    the collectors' envs. Off-policy (SAC, TD3, DDPG), ``n_envs`` sets the default replay ratio
+    (``gradient_steps / (train_freq * n_envs)``) and how often ``on_step`` is called (once per
+    ``n_envs`` transitions): it must equal the collectors' envs, or be 1 (an env that only gives
+    SB3 the spaces, e.g. ``make_sb3_env(env_id, 1)``; the default ratio is then per transition).
+
+    Raises:
+        ValueError: the counts do not match; the message names the three numbers and the fix.
+    """
+    total = num_collectors * envs_per_collector
+    if n_envs == total or (off_policy and n_envs == 1):
+        return
+    counts = f"num_collectors * envs_per_collector = {num_collectors} * {envs_per_collector} = {total}"
+    if off_policy:
+        raise ValueError(
+            f"the model's env has {n_envs} envs but the runner collects with {counts}; off-policy, the model's "
+            "n_envs sets the default replay ratio (gradient_steps / (train_freq * n_envs)) and the on_step rate, "
+            f"so build the model with an env of {total} envs, or of 1 env that only gives the spaces (e.g. "
+            "make_sb3_env(env_id, 1)), or change the counts"
+        )
+    raise ValueError(
+        f"the model's env has {n_envs} envs but the runner collects with {counts}; a rollout is n_steps x "
+        f"n_envs transitions, so build the model with an env of {total} envs (e.g. make_sb3_env(env_id, "
+        f"{total})) or change the counts"
+    )
+
+
+def check_env_source(env_id: Any, env_fn: Any, *, pickled: bool) -> None:
+    """Check, in the learner before any collector starts, what collectors make their env from.
+
+    ``env_id`` must be a registered Gymnasium id (``"module:Id-v0"`` imports ``module`` first, as
+    ``gym.make`` does); ``env_fn`` must be callable and, if ``pickled`` (collectors spawned by
+    ``multiprocessing``), picklable: defined at module level, not a lambda or a local function.
+    Exactly one of them is given.
+
+    Raises:
+        ValueError: both or neither given, ``env_id`` not a non-empty ``str``, or ``env_fn`` not
+            callable or not picklable (the message names the argument).
+        gymnasium.error.Error: ``env_id`` is not registered, e.g. ``NameNotFound`` with Gymnasium's
+            "Did you mean" on the first line of the message, after the ``env_id``.
+        ModuleNotFoundError: the ``module`` of a ``"module:Id"`` does not import.
+    """
+    if (env_id is None) == (env_fn is None):
+        raise ValueError("pass exactly one of env_id or env_fn")
+    if env_id is not None:
+        if not isinstance(env_id, str) or not env_id:
+            raise ValueError(f"env_id must be a registered gymnasium id (a str), got {env_id!r}")
+        import importlib
+
+        import gymnasium as gym
+
+        module, _, name = env_id.rpartition(":")
+        if module:
+            importlib.import_module(module)  # registers its ids, as gym.make does
+        try:
+            gym.spec(name)
+        except gym.error.Error as error:  # NameNotFound, VersionNotFound, ...: keep the type, name the argument
+            try:
+                named = type(error)(f"env_id={env_id!r} is not registered: {error}")
+            except Exception:  # an error type that takes other arguments: raise it as it is
+                raise error from None
+            raise named from None
+        return
+    if not callable(env_fn):
+        raise ValueError(f"env_fn must be a callable env_fn(num_envs) -> VectorEnv, got {env_fn!r}")
+    if pickled:
+        import pickle
+
+        try:
+            pickle.dumps(env_fn)
+        except Exception as error:
+            raise ValueError(
+                f"env_fn={env_fn!r} cannot be pickled ({type(error).__name__}: {error}); collectors are spawned "
+                "processes that unpickle it: define it at module level (not a lambda or a local function), or "
+                "wrap a module-level function in functools.partial"
+            ) from None
+
+
 class CollectorPool(ABC):
     """The collectors of one runner, as its learner loop sees them.
 

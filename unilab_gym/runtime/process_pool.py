@@ -40,7 +40,7 @@ from unilab_gym.runtime.control import (
     VERSION,
     Control,
 )
-from unilab_gym.runtime.errors import CollectorError
+from unilab_gym.runtime.errors import CollectorError, root_cause
 from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, CollectorStatus, Counters, Reports
 from unilab_gym.runtime.weights import SharedWeights
 from unilab_gym.shm import Segment
@@ -231,8 +231,8 @@ class ProcessCollectorPool(CollectorPool):
                     except (EOFError, OSError):
                         break
                     if kind == "error":
-                        fault = CollectorError(
-                            f"collector {c} (pid {proc.pid}) raised an exception",
+                        fault = CollectorError(  # the root cause first: "raised NameNotFound: ..."
+                            f"collector {c} (pid {proc.pid}) raised {root_cause(payload[0]) or 'an exception'}",
                             collector=c,
                             pid=proc.pid,
                             exitcode=proc.exitcode,
@@ -297,9 +297,7 @@ class ProcessCollectorPool(CollectorPool):
         self._conns[c].close()
         self._restarts += 1
         self._restarts_of[c] += 1
-        head = str(fault).split("\n\n--- collector")[0]
-        if fault.traceback:
-            head += ": " + fault.traceback.strip().splitlines()[-1]
+        head = str(fault).split("\n\n--- collector")[0]  # its first line names the root cause
         warnings.warn(
             f"{head}; restarting it ({self._restarts} of max_collector_restarts={self.setup.max_restarts})",
             RuntimeWarning,

@@ -24,18 +24,23 @@ loop (learner side) and the *writer* it gives each collector (collector side):
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+import multiprocessing as mp
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from unilab_gym.control.runner_api import RunnerControl
+from unilab_gym.runtime.loop import _DRIVEN
 from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics, prometheus_app
-from unilab_gym.runtime.pool import CollectorPool, CollectorSetup
+from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, check_env_count, check_env_source
 from unilab_gym.runtime.process_pool import ProcessCollectorPool
-from unilab_gym.validation import check_int, check_positive_int, check_real, check_seed
+from unilab_gym.validation import check_host, check_int, check_positive_int, check_real, check_seed
 
 if TYPE_CHECKING:
     from unilab_gym.runtime.loop import LearnerLoop
@@ -113,11 +118,27 @@ class AsyncRunner(RunnerControl):
     Raises:
         ImportError: ``backend="ray"`` without Ray installed (the message names ``pip install "unilab-gym[ray]"``).
         ValueError: an unsupported model or model setting (named in the message), both or
-            neither of ``env_id`` / ``env_fn``, bad counts, a bad ``max_policy_lag``,
-            ``replay_ratio``, ``max_collector_restarts``, ``collector_timeout_s``, ``metrics_port`` or
-            ``metrics_addr``, a model another open ``AsyncRunner`` drives, or a
-            ``VecNormalize`` over non-flat observations.
+            neither of ``env_id`` / ``env_fn``, an ``env_fn`` that is not callable or (spawned
+            collectors) not picklable, a model env whose ``n_envs`` is not ``num_collectors *
+            envs_per_collector`` (off-policy: or 1, an env that only gives the spaces; the
+            message names the three numbers), bad counts, a bad ``max_policy_lag``,
+            ``replay_ratio``, ``max_collector_restarts``, ``collector_timeout_s``, ``seed``,
+            ``env_kwargs``, ``metrics_port``, ``control_port``, ``snapshot_dir``,
+            ``snapshot_on_change``, ``start_method`` (not one of
+            ``multiprocessing.get_all_start_methods()``), ``metrics_addr`` or ``control_addr`` (an
+            invalid IP address or a host name that does not resolve), a model another open
+            ``AsyncRunner`` drives, or a ``VecNormalize`` over non-flat observations.
+        gymnasium.error.Error: ``env_id`` is not registered (``NameNotFound`` with Gymnasium's
+            "Did you mean" on the message's first line, after the ``env_id``; ``VersionNotFound``, ...).
+        RuntimeError: ``backend="process"`` with ``"spawn"`` / ``"forkserver"``, and the runner is
+            created at the top level of the main script, outside ``if __name__ == "__main__":``
+            (the collectors would import the script and run it again); the message names the file
+            and line.
         OSError: ``metrics_port`` is already in use (``errno.EADDRINUSE``); nothing is left running.
+
+    Every argument is checked before anything is built or the model is claimed: a refused
+    construction leaves no state, and a valid ``AsyncRunner`` on the same model can follow it.
+    All of these are raised in the learner's process, before any collector starts.
 
     Use as a context manager, or call :meth:`close`; it stops and joins every collector.
     """
@@ -154,6 +175,9 @@ class AsyncRunner(RunnerControl):
         from unilab_gym.runtime.on_policy import OnPolicyLoop
 
         self._closed = True  # until fully constructed
+        _refuse_while_bootstrapping()
+        # every argument is checked here, before anything is built or the model is claimed: a refused
+        # construction leaves no state (a later AsyncRunner on the same model is accepted)
         if (env_id is None) == (env_fn is None):
             raise ValueError("pass exactly one of env_id or env_fn")
         num_collectors = check_positive_int("num_collectors", num_collectors)
@@ -164,8 +188,25 @@ class AsyncRunner(RunnerControl):
         )
         if metrics_port is not None:
             metrics_port = check_int("metrics_port", metrics_port, minimum=0, maximum=65535)
+        if control_port is not None:
+            control_port = check_int("control_port", control_port, minimum=0, maximum=65535)
+        metrics_addr = check_host("metrics_addr", metrics_addr)
+        control_addr = check_host("control_addr", control_addr)
+        if not isinstance(snapshot_on_change, bool):
+            raise ValueError(f"snapshot_on_change must be a bool, got {snapshot_on_change!r}")
+        if snapshot_dir is not None and not isinstance(snapshot_dir, (str, os.PathLike)):
+            raise ValueError(f"snapshot_dir must be a path (str or os.PathLike) or None, got {snapshot_dir!r}")
+        if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
+            raise ValueError(f"env_kwargs must be a dict of keyword arguments for gym.make_vec, got {env_kwargs!r}")
+        if seed is not None:
+            seed = check_seed("seed", seed)
         if backend not in ("process", "ray"):
             raise ValueError(f'backend must be "process" or "ray", got {backend!r}')
+        methods = mp.get_all_start_methods()
+        if start_method not in methods:
+            raise ValueError(
+                f"start_method must be one of {methods} (multiprocessing start methods), got {start_method!r}"
+            )
         if backend == "process" and (ray_address is not None or collector_resources is not None):
             raise ValueError('ray_address and collector_resources need backend="ray"')
         if backend == "ray":
@@ -173,21 +214,33 @@ class AsyncRunner(RunnerControl):
 
             import_ray()
             check_resources(collector_resources)
-        if not isinstance(metrics_addr, str) or not metrics_addr:
-            raise ValueError(f"metrics_addr must be a host name or IP address, got {metrics_addr!r}")
         if not isinstance(model, (OnPolicyAlgorithm, OffPolicyAlgorithm)):
             raise ValueError(f"AsyncRunner drives SB3 SAC, TD3, DDPG, PPO or A2C models, got {type(model).__name__}")
+        off_policy = isinstance(model, OffPolicyAlgorithm)
+        check_env_count(model.n_envs, num_collectors, envs_per_collector, off_policy=off_policy)
+        if off_policy and replay_ratio is not None:
+            replay_ratio = check_real("replay_ratio", replay_ratio, minimum=0.0)
+        # spawned processes unpickle env_fn; Ray pickles it by value (cloudpickle), fork inherits it
+        check_env_source(env_id, env_fn, pickled=backend == "process" and start_method != "fork")
+        if backend == "process":
+            _check_main_guard(start_method)
         loop: LearnerLoop
-        if isinstance(model, OnPolicyAlgorithm):
-            loop = OnPolicyLoop(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
-        else:
-            loop = OffPolicyLoop(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
+        claimed = model in _DRIVEN
+        try:  # the loops check the model's settings before they claim it; whatever they raise, no claim is left
+            if off_policy:
+                loop = OffPolicyLoop(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
+            else:
+                loop = OnPolicyLoop(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
+        except BaseException:
+            if not claimed:
+                _DRIVEN.discard(model)
+            raise
         self._loop = loop
         try:
             collector_env_kwargs = loop.env_kwargs(dict(env_kwargs or {}))
             if seed is None:
                 seed = model.seed if model.seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
-            seed = check_seed("seed", seed)
+                seed = check_seed("model.seed", seed)
             setup = CollectorSetup(
                 num_collectors=num_collectors,
                 envs_per_collector=envs_per_collector,
@@ -374,3 +427,91 @@ def _statistics_frozen(vec_normalize: Any) -> Iterator[None]:
         yield
     finally:
         vec_normalize.training = training
+
+
+_GUARD = 'if __name__ == "__main__":'
+
+
+def _refuse_while_bootstrapping() -> None:
+    """In a collector that is still bootstrapping (importing the user's script): refuse at once, build nothing.
+
+    Reached only when :func:`_check_main_guard` could not see the script (no source, an unusual
+    launcher): the collector then exits at once, and the learner reports that it exited while starting.
+    """
+    if getattr(mp.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            f"an AsyncRunner is being created while a spawned process imports the main script: the script "
+            f"creates it outside `{_GUARD}`. Put the script's training code under `{_GUARD}`"
+        )
+
+
+def _check_main_guard(start_method: str) -> None:
+    """Refuse an ``AsyncRunner`` created at the top level of the main script, outside ``if __name__ == "__main__":``.
+
+    ``"spawn"`` and ``"forkserver"`` children import the main script (as ``__mp_main__``) before
+    they run, as :mod:`multiprocessing.spawn` does it: a script path, or a module run with
+    ``python -m`` (not a package's ``__main__``). Unguarded, each collector would run the
+    construction again, build a model and a runner of its own, and die while bootstrapping. The
+    check finds the main script's top-level frame on the call stack and asks its source (``ast``)
+    whether the running line is inside an ``if`` on ``__name__``. Interactive sessions, notebooks
+    and ``python -c`` have no script to import, and are never refused; nor is anything the check
+    cannot read.
+
+    Raises:
+        RuntimeError: the runner is created outside the guard; the message names the file, the
+            line and the fix.
+    """
+    if start_method == "fork":
+        return
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:  # python -m: the module is imported by name, unless it is a __main__
+        if spec.name == "__main__" or spec.name.endswith(".__main__"):
+            return
+    elif not path or os.path.splitext(os.path.basename(path))[0] == "ipython":
+        return
+    if not path:
+        return
+    frame = sys._getframe(1)
+    while frame is not None and not (
+        frame.f_code.co_name == "<module>"
+        and frame.f_globals.get("__name__") == "__main__"
+        and os.path.abspath(frame.f_code.co_filename) == os.path.abspath(path)
+    ):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return
+    lineno = frame.f_lineno
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return
+    if _guarded(tree.body, lineno):
+        return
+    raise RuntimeError(
+        f"the AsyncRunner is created at the top level of {path} (line {lineno}), outside `{_GUARD}`. Its collectors "
+        f"are processes started with start_method={start_method!r}, which import this script first: each would "
+        f"run that line again, build its own model and runner, and die while starting. Put the script's training "
+        f"code under `{_GUARD}` (or in a function called from there)"
+    )
+
+
+def _guarded(body: list[ast.stmt], lineno: int) -> bool:
+    """Whether line ``lineno`` of ``body`` runs under an ``if`` that reads ``__name__`` (``True``: line not found)."""
+    for stmt in body:
+        if not stmt.lineno <= lineno <= (stmt.end_lineno or stmt.lineno):
+            continue
+        if isinstance(stmt, ast.If) and any(
+            isinstance(node, ast.Name) and node.id == "__name__" for node in ast.walk(stmt.test)
+        ):
+            return True
+        blocks = [getattr(stmt, name, None) for name in ("body", "orelse", "finalbody")]
+        blocks += [handler.body for handler in getattr(stmt, "handlers", [])]
+        blocks += [case.body for case in getattr(stmt, "cases", [])]
+        for block in blocks:
+            if isinstance(block, list) and block and block[0].lineno <= lineno <= (block[-1].end_lineno or 0):
+                return _guarded(block, lineno)
+        return False  # in the statement itself (e.g. a `with AsyncRunner(...)` line), under no guard
+    return True  # not found (the file changed since it ran): do not refuse
