@@ -1,5 +1,8 @@
 """Live hyperparameters take effect where SB3 reads them; snapshots restore bit for bit (issue 16, items 1, 2, 5)."""
 
+import json
+import zipfile
+
 import numpy as np
 import pytest
 import torch
@@ -27,9 +30,8 @@ def sac(**kwargs):
     return SAC(
         "MlpPolicy",
         "Pendulum-v1",
-        seed=0,
         policy_kwargs=dict(net_arch=[16]),
-        **{"learning_starts": 16, "batch_size": 16, **kwargs},
+        **{"seed": 0, "learning_starts": 16, "batch_size": 16, **kwargs},
     )
 
 
@@ -195,3 +197,44 @@ def test_restore_is_bit_identical_with_optimizers_and_replay(tmp_path):
         control.restore("nope")
     loaded = SAC.load(tmp_path / f"{sid}.zip")  # an ordinary SB3 file
     assert all(torch.equal(v, state[k]) for k, v in loaded.policy.state_dict().items())
+
+
+def test_batch_size_is_bounded_by_the_replay(tmp_path):
+    model = sac(buffer_size=500)
+    control = Controller(model, snapshot_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"batch_size must be an int in \[1, 500\].*replay's capacity") as info:
+        control.set_hyperparameters({"batch_size": 1_000_000_000})
+    assert info.value.field == "batch_size" and model.batch_size == 16
+    assert control.set_hyperparameters({"batch_size": 500})["batch_size"] == 500
+
+
+def test_a_change_that_fails_the_next_gradient_step_is_rolled_back_and_training_goes_on(tmp_path):
+    model = sac()
+    model.learn(20)
+    control = Controller(model, snapshot_dir=tmp_path)
+    sample = model.replay_buffer.sample
+
+    def allocate(batch_size, env=None):  # a batch this large does not fit in memory
+        if batch_size > 32:
+            raise MemoryError(f"cannot allocate a batch of {batch_size}")
+        return sample(batch_size, env)
+
+    model.replay_buffer.sample = allocate
+    control.set_hyperparameters({"batch_size": 64, "tau": 0.01})
+    model.save(tmp_path / "during.zip")  # the change on trial is not part of a saved model
+    with zipfile.ZipFile(tmp_path / "during.zip") as archive:
+        assert "train" not in json.loads(archive.read("data"))
+    updates = model._n_updates
+    with pytest.warns(UserWarning, match=r"batch_size=64, tau=0.01 made the next gradient step fail \(MemoryError"):
+        model.learn(10, reset_num_timesteps=False)
+    assert model.batch_size == 16 and model.tau == 0.005 and model._n_updates == updates + 10
+    assert [(h["name"], h["old"], h["new"], h["source"]) for h in control.hyperparameter_history()] == [
+        ("batch_size", 16, 64, "python"),
+        ("tau", 0.005, 0.01, "python"),
+        ("batch_size", 64, 16, "rollback"),
+        ("tau", 0.01, 0.005, "rollback"),
+    ]
+    assert "train" not in vars(model)  # SB3's own train() again
+    control.set_hyperparameters({"batch_size": 32})  # a change that works stays
+    model.learn(5, reset_num_timesteps=False)
+    assert model.batch_size == 32 and model._n_updates == updates + 15

@@ -1,5 +1,6 @@
 """The control API on AsyncRunner (issue 16): live changes mid-run over HTTP, snapshots, rollback, one port."""
 
+import gc
 import os
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import textwrap
 import threading
 import time
 import urllib.request
+import weakref
 
 import numpy as np
 import pytest
@@ -22,7 +24,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from unilab_gym import AsyncRunner
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_async_runner import ID, SMALL_ENV, assert_no_children, make_ppo, make_sac, release
+from test_async_runner import ID, SMALL_ENV, assert_no_children, make_ppo, make_sac, release, runner_segments
 from test_metrics import port_is_free
 
 
@@ -177,3 +179,81 @@ def test_live_tuning_example_changes_the_learning_rate_and_snapshots_halfway(tmp
     (snap,) = [p for p in os.listdir(tmp_path) if p.endswith(".zip")]
     assert "SAC.load: num_timesteps=" in out and snap in out
     assert oct(os.stat(tmp_path / "control_token").st_mode & 0o777) == "0o600"
+
+
+def test_a_batch_larger_than_the_replay_gets_400_over_http_and_the_run_trains_on(tmp_path):
+    model = make_sac(learning_starts=10)  # a replay of 5000 transitions
+    replies = {}
+
+    class Post(BaseCallback):  # from the learner's thread: a refused value never waits for a boundary
+        def _on_step(self):
+            if self.n_calls == 40:
+                replies["updates"] = self.model._n_updates
+                body = {"name": "batch_size", "value": 1_000_000_000}
+                replies["post"] = httpx.post(f"{url}/api/v1/hyperparams", headers=h, json=body, timeout=60)
+            return True
+
+    with AsyncRunner(
+        model,
+        env_id=ID,
+        num_collectors=1,
+        envs_per_collector=4,
+        env_kwargs=SMALL_ENV,
+        control_port=0,
+        snapshot_dir=str(tmp_path),
+        collector_timeout_s=300,
+    ) as runner:
+        url, h = runner.control_url, {"Authorization": f"Bearer {runner.control_token}"}
+        runner.learn(120, callback=Post())
+        reply = replies["post"]
+        assert reply.status_code == 400 and reply.json()["field"] == "batch_size"
+        assert "batch_size must be an int in [1, 5000]" in reply.json()["detail"]
+        assert model.batch_size == 32 and runner.hyperparameter_history() == []
+        assert model.num_timesteps == 120 and model._n_updates > replies["updates"] > 0
+    release(model)
+
+
+def test_restore_records_only_the_values_it_changed(tmp_path):
+    model = make_sac()  # gradient_steps=1 maps to a replay ratio of 1.0; the runner's is 0.125
+    with AsyncRunner(
+        model,
+        env_id=ID,
+        num_collectors=1,
+        envs_per_collector=4,
+        env_kwargs=SMALL_ENV,
+        replay_ratio=0.125,
+        snapshot_dir=str(tmp_path),
+    ) as runner:
+        sid = runner.snapshot()
+        runner.restore(sid)
+        assert runner.hyperparameter_history() == [] and runner.replay_ratio == 0.125
+        runner.set_hyperparameters(replay_ratio=0.5, tau=0.01)
+        runner.restore(sid)
+        restored = [(e["name"], e["old"], e["new"]) for e in runner.hyperparameter_history()[2:]]
+        assert restored == [("tau", 0.01, 0.005), ("replay_ratio", 0.5, 0.125)]
+        assert runner.replay_ratio == 0.125
+    release(model)
+
+
+def test_a_closed_runner_with_live_control_frees_its_model(tmp_path):
+    model = make_sac()
+    ref, replay = weakref.ref(model), f"/dev/shm/{model.replay_buffer.storage.name}"
+    with AsyncRunner(
+        model,
+        env_id=ID,
+        num_collectors=1,
+        envs_per_collector=4,
+        env_kwargs=SMALL_ENV,
+        control_port=0,
+        metrics_port=0,
+        snapshot_dir=str(tmp_path),
+    ) as runner:
+        headers = {"Authorization": f"Bearer {runner.control_token}"}
+        assert httpx.get(f"{runner.control_url}/api/v1/status", headers=headers).status_code == 200
+        assert httpx.get(runner.metrics_url).status_code == 200
+        segments = runner_segments(runner)
+    assert os.path.exists(replay)
+    del runner, model
+    gc.collect()
+    assert ref() is None  # nothing of the server, its app or its thread holds it
+    assert [s for s in [replay, *segments] if os.path.exists(s)] == []

@@ -54,7 +54,9 @@ class ControlCallback(BaseCallback):
         self._controller: Controller | None = None
         self._server: ControlServer | None = None
         if port is not None:
-            self._server = ControlServer(_Proxy(self), port, addr, token_dir=self._store.directory)
+            self._server = ControlServer(
+                _Proxy(self), port, addr, token_dir=self._store.directory, run_id=self._store.run_id
+            )
 
     # ------------------------------------------------------------------ SB3 hooks
     def _init_callback(self) -> None:
@@ -90,6 +92,12 @@ class ControlCallback(BaseCallback):
         return self._server.url if self._server is not None else None
 
     @property
+    def control_token_path(self) -> Path | None:
+        """The token file (``<run dir>/control_token``, or ``control_token-<run id>`` if another live run holds
+        that name), or ``None`` (no server, or closed)."""
+        return self._server.token_path if self._server is not None else None
+
+    @property
     def control_token(self) -> str | None:
         """The bearer token (``$UNILAB_CONTROL_TOKEN``, else random; also in ``<run dir>/control_token``, 0600)."""
         return self._server.token if self._server is not None else None
@@ -119,10 +127,12 @@ class ControlCallback(BaseCallback):
         return self.controller.restore(snapshot_id)
 
     def close(self) -> None:
-        """Stop the server and release its port. Idempotent."""
+        """Stop the server and release its port and token file. Idempotent."""
         if self._server is not None:
             self._server.close()
             self._server = None
+        if self._controller is not None:
+            self._controller.close()
 
     def __enter__(self) -> ControlCallback:
         return self

@@ -7,12 +7,23 @@ the caller waits for the result, so an error names the bad value and a return me
 When ``learn()`` is not running, a request runs at once on the caller's thread. This is where
 Sample Factory's PBT applies config changes (between training iterations); a restore is Ray
 Tune PBT's exploit step (load a checkpoint into the running trial).
+
+**Every change is all or nothing.** A change is checked (ranges: :mod:`unilab_gym.control.hyperparams`)
+before anything is applied. A restore verifies and deserializes every file of the snapshot first
+(:meth:`~unilab_gym.control.snapshots.SnapshotStore.prepare`), then applies hyperparameters, weights,
+optimizer states, statistics and replay, putting back what it applied if a later step fails.
+A change that passed its checks but makes the next gradient step (``model.train``) raise is
+rolled back (the values as they were before it), recorded in the history with source
+``"rollback"``, warned about (``UserWarning``), and the step is run again with the old values:
+the run goes on. If the step fails with the old values too, the error is not the change's and is raised.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import warnings
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -24,8 +35,10 @@ T = TypeVar("T")
 
 #: How long a request waits for the learner's next boundary, in s, before it is withdrawn (``TimeoutError``).
 REQUEST_TIMEOUT_S = 60.0
-#: Sources a history entry names.
+#: Sources a caller may name (a history entry's ``source`` is one of these, or ``"rollback"``).
 SOURCES = ("python", "http")
+#: The ``source`` of a history entry that undid a change the next gradient step failed with.
+ROLLBACK = "rollback"
 
 
 class Controller:
@@ -63,6 +76,7 @@ class Controller:
         self._run_lock = threading.RLock()  # held by the learner for a whole learn(), by direct calls while they run
         self._learner: int | None = None
         self._queue: list[tuple[Callable[[], Any], Future[Any]]] = []
+        self._trial: _Trial | None = None
 
     # ------------------------------------------------------------------ learner side
     def begin(self) -> None:
@@ -141,7 +155,10 @@ class Controller:
             self.hyperparams.check(values)
             if self.snapshot_on_change:
                 self._snapshot(False)
-            self._log(self.hyperparams.apply(values), source)
+            undo = self.hyperparams.save()
+            changes = self.hyperparams.apply(values)
+            self._log(changes, source)
+            self._put_on_trial(undo, changes)
             return self.hyperparams.values()
 
         return self._call(apply)
@@ -175,22 +192,45 @@ class Controller:
         """Roll the learner back to snapshot ``snapshot_id``; return the hyperparameters now in force.
 
         Weights, optimizer states and SB3's tensors (SAC's ``log_ent_coef``) are loaded bit for bit,
-        the hyperparameters set as they were (changes logged as ``source``), the replay loaded if
-        the snapshot holds one. Counters (``num_timesteps``) keep counting.
+        the hyperparameters set as they were, ``VecNormalize`` statistics and the replay loaded if
+        the snapshot holds them. Counters (``num_timesteps``) keep counting. The history gets one
+        entry (``source``) per hyperparameter whose value differs from before the restore.
+
+        All or nothing: every file is checked against the size and SHA-256 this run wrote and
+        deserialized, and the snapshot checked against the model, before anything is applied; a
+        step that fails while applying (e.g. a collector holding replay rows in flight) puts back
+        what the restore had applied.
 
         Raises:
             KeyError: no snapshot has that id.
+            SnapshotIntegrityError: (a ``ValueError``) a file of the snapshot is not the one this run
+                wrote; it names the file. Nothing was deserialized or changed.
+            ValueError: the snapshot does not fit the model; nothing changed.
+            RuntimeError: the replay could not be loaded (rows in flight); nothing changed.
         """
         self.store.record(snapshot_id)  # KeyError at once
 
         def run() -> dict[str, Any]:
             record = self.store.record(snapshot_id)
             wanted = {k: v for k, v in record["hyperparameters"].items() if k in self.hyperparams.names()}
-            self._log(self.hyperparams.apply(wanted), source, only_changed=True)
-            self.store.load_into(self.model, snapshot_id, replay=record["include_replay"])
+            if wanted:
+                self.hyperparams.check(wanted)
+            prepared = self.store.prepare(self.model, snapshot_id, replay=record["include_replay"])
+            self._end_trial()  # the restored values replace whatever change was on trial
+            before = self.hyperparams.values()
+            undo = self.hyperparams.save()
+            try:
+                if wanted:
+                    self.hyperparams.apply(wanted)
+                self.store.apply(self.model, prepared)
+            except BaseException:
+                undo()
+                raise
+            after = self.hyperparams.values()
+            self._log([(n, before[n], after[n]) for n in after], source, only_changed=True)
             if self._after_restore is not None:
                 self._after_restore()
-            return self.hyperparams.values()
+            return after
 
         return self._call(run)
 
@@ -209,9 +249,40 @@ class Controller:
             out.update(self._status())
         return out
 
+    def close(self) -> None:
+        """Take a change still on trial off the model (its ``train`` is SB3's again). Idempotent."""
+        self._end_trial()
+
     # ------------------------------------------------------------------ internals
     def _snapshot(self, include_replay: bool) -> str:
         return self.store.save(self.model, self.hyperparams.values(), include_replay)
+
+    def _put_on_trial(self, undo: Callable[[], None], changes: list[tuple[str, Any, Any]]) -> None:
+        """Watch the model's next ``train()``: if it raises, roll this change back and train again."""
+        self._end_trial()
+        if any(old != new for _, old, new in changes):
+            self._trial = _Trial(self, undo, changes)
+
+    def _end_trial(self) -> None:
+        if self._trial is not None:
+            self._trial.remove()
+            self._trial = None
+
+    def _rolled_back(self, trial: _Trial, exc: BaseException) -> None:
+        """``trial``'s change made ``train()`` raise ``exc``: it was undone; record and warn."""
+        if self._trial is trial:
+            self._trial = None
+        now = self.hyperparams.values()
+        undone = [(name, new, now[name]) for name, _, new in trial.changes if now.get(name) != new]
+        self._log(undone, ROLLBACK)
+        what = ", ".join(f"{name}={new!r}" for name, _, new in trial.changes)
+        back = ", ".join(f"{name}={value!r}" for name, _, value in undone)
+        warnings.warn(
+            f"hyperparameter change {what} made the next gradient step fail ({type(exc).__name__}: {exc}); "
+            f"rolled back to {back}, and training goes on",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def _log(self, changes: list[tuple[str, Any, Any]], source: str, only_changed: bool = False) -> None:
         logger = getattr(self.model, "_logger", None)
@@ -231,3 +302,49 @@ class Controller:
             )
             if logger is not None:
                 logger.record(f"unilab/hparams/{name}", new)
+
+
+class _Trial:
+    """A change on trial: the model's next ``train()`` runs through :meth:`train`, then SB3's ``train`` is back.
+
+    The wrapper is an attribute of the model instance (SB3's loops and the runner's call
+    ``model.train``), so :meth:`~stable_baselines3.common.base_class.BaseAlgorithm.save` is told to
+    leave it out while it is there; it holds the controller weakly.
+    """
+
+    def __init__(self, controller: Controller, undo: Callable[[], None], changes: list[tuple[str, Any, Any]]):
+        self.model = model = controller.model
+        self.undo, self.changes = undo, changes
+        self._controller = weakref.ref(controller)
+        self._own = {
+            name: model.__dict__[name] for name in ("train", "_excluded_save_params") if name in model.__dict__
+        }
+        excluded = model._excluded_save_params
+        model._excluded_save_params = lambda: [*excluded(), "train", "_excluded_save_params"]
+        model.train = self.train
+
+    def remove(self) -> None:
+        model = self.model
+        for name in ("train", "_excluded_save_params"):
+            if name in self._own:
+                setattr(model, name, self._own[name])
+            else:
+                model.__dict__.pop(name, None)
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        controller = self._controller()
+        self.remove()
+        if controller is not None and controller._trial is self:
+            controller._trial = None
+        model = self.model
+        try:
+            return model.train(*args, **kwargs)
+        except Exception as exc:
+            self.undo()
+            if controller is not None:
+                controller._rolled_back(self, exc)
+            if "batch_size" in kwargs:  # the caller read the value on trial: train with the old one
+                kwargs["batch_size"] = model.batch_size
+            elif len(args) >= 2:
+                args = (args[0], model.batch_size, *args[2:])
+            return model.train(*args, **kwargs)

@@ -16,7 +16,8 @@ name                models                     applied to (what SB3 reads)
                                                to ``log(init)`` and its Adam state cleared (SB3 #1403);
                                                PPO/A2C: ``model.ent_coef``
 ``tau``             SAC, TD3, DDPG             ``model.tau`` (``polyak_update``)
-``batch_size``      SAC, TD3, DDPG, PPO        ``model.batch_size``
+``batch_size``      SAC, TD3, DDPG, PPO        ``model.batch_size``; at most the replay's capacity (off-policy) or
+                                               the rollout's ``n_steps * n_envs`` (PPO)
 ``gradient_steps``  SAC, TD3, DDPG             ``model.gradient_steps`` (and the runner's replay ratio)
 ``replay_ratio``    SAC, TD3, DDPG             the runner's gradient steps per transition; plain SB3: the
                                                ``gradient_steps`` it maps to
@@ -31,10 +32,15 @@ built with a fixed coefficient, and a float on one built with ``"auto"`` (SAC ke
 built with: switching would change which tensors ``save`` writes); any name not live for the model
 (e.g. ``clip_range`` on SAC, ``max_policy_lag`` without ``AsyncRunner``); ``n_steps`` / ``buffer_size``
 and network sizes (they size buffers and modules).
+
+Every value is checked against its range (:attr:`Hyperparameter.valid`, the table in
+``docs/live-control.md``) before anything is applied; :meth:`Hyperparameters.save` captures what
+:meth:`Hyperparameters.apply` may change, so a change (or a restore) can be undone exactly.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from collections.abc import Callable
@@ -75,6 +81,7 @@ class Hyperparameter:
     :ivar check: the value as applied, or ``ValueError``.
     :ivar read: the current value.
     :ivar apply: set it where SB3 reads it.
+    :ivar save: capture everything :attr:`apply` writes; returns the function that puts it back.
     """
 
     name: str
@@ -83,6 +90,7 @@ class Hyperparameter:
     check: Callable[[Target, Any], Any]
     read: Callable[[Target], Any]
     apply: Callable[[Target, Any], None]
+    save: Callable[[Target], Callable[[], None]]
 
 
 def _kind(model: Any) -> str:
@@ -232,12 +240,30 @@ def _set_clip_range(t: Target, value: float) -> None:
     t.model.clip_range = FloatSchedule(value)
 
 
+def replay_capacity(model: Any) -> int | None:
+    """Transitions the model's replay holds (``buffer_size * n_envs``, SB3's and ``SharedReplayBuffer``'s).
+
+    ``None`` without a replay buffer."""
+    buffer = getattr(model, "replay_buffer", None)
+    if buffer is None:
+        return None
+    return int(buffer.buffer_size) * int(buffer.n_envs)
+
+
 def _check_batch_size(t: Target, value: Any) -> int:
     model = t.model
+    high: int | None
     if _kind(model) == "ppo":
         low = 2 if getattr(model, "normalize_advantage", False) else 1  # SB3 asserts > 1 to normalize advantages
-        return check_int("batch_size", value, minimum=low, maximum=int(model.n_steps) * int(model.n_envs))
-    return check_int("batch_size", value, minimum=1)
+        high, what = int(model.n_steps) * int(model.n_envs), "the rollout's n_steps * n_envs transitions"
+    else:  # a batch is sampled from the replay: more rows than it holds is memory the run may not have
+        low, high, what = 1, replay_capacity(model), "the replay's capacity (buffer_size)"
+    try:
+        return check_int("batch_size", value, minimum=low, maximum=high)
+    except ValueError as exc:
+        if high is None or not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise
+        raise ValueError(f"{exc}: a batch holds at most {what}, {high}") from None
 
 
 def _check_max_policy_lag(t: Target, value: Any) -> int:
@@ -248,6 +274,79 @@ def _check_max_policy_lag(t: Target, value: Any) -> int:
 
 def _attr(name: str) -> Callable[[Target], Any]:
     return lambda t: getattr(t.model, name)
+
+
+# ------------------------------------------------------------------ save: what apply writes, to put back
+def _keep(*pairs: tuple[Any, str]) -> Callable[[], None]:
+    """Put back attributes ``(obj, name)`` as they are now (absent ones stay absent)."""
+    kept = [(obj, name, getattr(obj, name)) for obj, name in pairs if obj is not None and hasattr(obj, name)]
+
+    def undo() -> None:
+        for obj, name, value in kept:
+            setattr(obj, name, value)
+
+    return undo
+
+
+def _save_attr(name: str) -> Callable[[Target], Callable[[], None]]:
+    return lambda t: _keep((t.model, name))
+
+
+def _save_learning_rate(t: Target) -> Callable[[], None]:
+    attrs = _keep((t.model, "learning_rate"), (t.model, "lr_schedule"))
+    # by index: an optimizer's load_state_dict (a restore) replaces its param_groups dicts
+    groups = [(o, i, g["lr"]) for o in _optimizers(t.model) for i, g in enumerate(o.param_groups)]
+
+    def undo() -> None:
+        attrs()
+        for optimizer, i, lr in groups:
+            optimizer.param_groups[i]["lr"] = lr
+
+    return undo
+
+
+def _save_gamma(t: Target) -> Callable[[], None]:
+    model = t.model
+    buffers = [getattr(model, "rollout_buffer", None), getattr(model, "replay_buffer", None)]
+    buffers.append(getattr(t.loop, "_stock_buffer", None))
+    return _keep((model, "gamma"), *[(b, "gamma") for b in buffers])
+
+
+def _save_ent_coef(t: Target) -> Callable[[], None]:
+    model = t.model
+    attrs = _keep((model, "ent_coef"), (model, "ent_coef_tensor"))
+    log_ent = getattr(model, "log_ent_coef", None)
+    kept = None if log_ent is None else log_ent.detach().clone()
+    optimizer = getattr(model, "ent_coef_optimizer", None)
+    state = None if optimizer is None else copy.deepcopy(optimizer.state_dict())
+
+    def undo() -> None:
+        import torch as th
+
+        attrs()
+        if log_ent is not None and kept is not None:
+            with th.no_grad():
+                log_ent.copy_(kept)
+        if optimizer is not None and state is not None:
+            optimizer.load_state_dict(state)
+
+    return undo
+
+
+def _save_ratio(t: Target) -> Callable[[], None]:
+    attrs = _keep((t.model, "gradient_steps"))
+    ratio = None if t.loop is None else float(t.loop.replay_ratio)
+
+    def undo() -> None:
+        attrs()
+        if ratio is not None and float(t.loop.replay_ratio) != ratio:
+            t.loop.set_replay_ratio(ratio)
+
+    return undo
+
+
+def _save_policy_lag(t: Target) -> Callable[[], None]:
+    return _keep((t.loop, "max_policy_lag"))
 
 
 def _set_attr(name: str) -> Callable[[Target, Any], None]:
@@ -271,6 +370,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         lambda t, v: check_real("learning_rate", v, minimum=0.0, exclusive_minimum=True),
         lambda t: float(t.model.lr_schedule(_progress(t))),
         _set_learning_rate,
+        _save_learning_rate,
     ),
     Hyperparameter(
         "gamma",
@@ -279,6 +379,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         lambda t, v: check_real("gamma", v, minimum=0.0, maximum=1.0),
         lambda t: float(t.model.gamma),
         _set_gamma,
+        _save_gamma,
     ),
     Hyperparameter(
         "ent_coef",
@@ -287,6 +388,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         _check_ent_coef,
         lambda t: t.model.ent_coef if isinstance(t.model.ent_coef, str) else float(t.model.ent_coef),
         _set_ent_coef,
+        _save_ent_coef,
     ),
     Hyperparameter(
         "tau",
@@ -295,14 +397,16 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         lambda t, v: check_real("tau", v, minimum=0.0, maximum=1.0),
         lambda t: float(t.model.tau),
         _set_attr("tau"),
+        _save_attr("tau"),
     ),
     Hyperparameter(
         "batch_size",
-        "an int >= 1 (PPO: <= n_steps * n_envs)",
+        "an int >= 1 and <= the replay's capacity (PPO: >= 2 with normalize_advantage, <= n_steps * n_envs)",
         _kinds("sac", "td3", "ppo"),
         _check_batch_size,
         lambda t: int(t.model.batch_size),
         _set_attr("batch_size"),
+        _save_attr("batch_size"),
     ),
     Hyperparameter(
         "gradient_steps",
@@ -311,6 +415,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         _check_gradient_steps,
         lambda t: int(t.model.gradient_steps),
         _set_gradient_steps,
+        _save_ratio,
     ),
     Hyperparameter(
         "replay_ratio",
@@ -319,6 +424,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         _check_replay_ratio,
         _read_replay_ratio,
         _set_replay_ratio,
+        _save_ratio,
     ),
     Hyperparameter(
         "clip_range",
@@ -327,6 +433,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         lambda t, v: check_real("clip_range", v, minimum=0.0, exclusive_minimum=True),
         lambda t: float(t.model.clip_range(_progress(t))),
         _set_clip_range,
+        _save_attr("clip_range"),
     ),
     Hyperparameter(
         "n_epochs",
@@ -335,6 +442,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         lambda t, v: check_int("n_epochs", v, minimum=1),
         _attr("n_epochs"),
         _set_attr("n_epochs"),
+        _save_attr("n_epochs"),
     ),
     Hyperparameter(
         "max_grad_norm",
@@ -343,6 +451,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         lambda t, v: check_real("max_grad_norm", v, minimum=0.0, exclusive_minimum=True),
         lambda t: float(t.model.max_grad_norm),
         _set_attr("max_grad_norm"),
+        _save_attr("max_grad_norm"),
     ),
     Hyperparameter(
         "max_policy_lag",
@@ -351,6 +460,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         _check_max_policy_lag,
         lambda t: int(t.loop.max_policy_lag),
         lambda t, v: setattr(t.loop, "max_policy_lag", v),
+        _save_policy_lag,
     ),
 )
 
@@ -402,16 +512,38 @@ class Hyperparameters:
                 raise HyperparameterError(name, str(exc)) from None
         return out
 
+    def save(self) -> Callable[[], None]:
+        """Capture everything :meth:`apply` may change; return the function that puts it all back.
+
+        (The attributes, optimizer learning rates, buffers' ``gamma``, SAC's ``log_ent_coef`` and its
+        optimizer state, the runner's replay ratio and lag gate: :attr:`Hyperparameter.save` of each.)
+        """
+        undos = [h.save(self._target) for h in self._live]
+
+        def undo() -> None:
+            for put_back in reversed(undos):
+                put_back()
+
+        return undo
+
     def apply(self, values: dict[str, Any]) -> list[tuple[str, Any, Any]]:
         """Check ``values``, then apply all of them; return ``(name, old, new)`` per value.
+
+        ``old`` is the value before the whole call and ``new`` the value after it (one value can move
+        another: ``gradient_steps`` sets the runner's ``replay_ratio``). All or nothing: if applying
+        one raises, the ones before it are put back (:meth:`save`) and the error is raised.
 
         Raises:
             ValueError: as :meth:`check`; nothing is applied.
         """
         checked = self.check(values)
-        changes = []
-        for name, value in checked.items():
-            old = _BY_NAME[name].read(self._target)
-            _BY_NAME[name].apply(self._target, value)
-            changes.append((name, old, _BY_NAME[name].read(self._target)))
-        return changes
+        before = self.values()
+        undo = self.save()
+        try:
+            for name, value in checked.items():
+                _BY_NAME[name].apply(self._target, value)
+        except BaseException:
+            undo()
+            raise
+        after = self.values()
+        return [(name, before[name], after[name]) for name in checked]

@@ -52,12 +52,17 @@ class RunnerControl:
                 control_addr,
                 token_dir=self._controller.store.directory,
                 metrics_app=metrics_app,
+                run_id=self._controller.store.run_id,
             )
 
     def _stop_control(self) -> None:
+        """Stop the server; the app, the server's thread and the model keep no reference to the runner."""
         if self._control_server is not None:
             self._control_server.close()
             self._control_server = None
+        controller = getattr(self, "_controller", None)
+        if controller is not None:
+            controller.close()
 
     @contextlib.contextmanager
     def _controlled(self) -> Iterator[None]:
@@ -112,6 +117,12 @@ class RunnerControl:
         return self._control_server.url if self._control_server is not None else None
 
     @property
+    def control_token_path(self) -> Path | None:
+        """The token file (mode 0600): ``control_token`` in the run's directory, or ``control_token-<run id>``
+        if another live run holds that name. ``None`` without ``control_port``, or once closed."""
+        return self._control_server.token_path if self._control_server is not None else None
+
+    @property
     def control_token(self) -> str | None:
         """The API's bearer token: ``$UNILAB_CONTROL_TOKEN`` if set, else random; also written, mode 0600,
         to ``control_token`` in the run's directory. ``None`` without ``control_port``."""
@@ -150,7 +161,9 @@ class RunnerControl:
 
     def snapshot(self, include_replay: bool = False) -> str:
         """Save the policy, optimizers, hyperparameters and counters (``model.save``, an ordinary SB3 zip),
-        plus the replay if asked (SB3's ``save_replay_buffer``), in ``snapshot_dir``; return its id.
+        plus the replay if asked (SB3's ``save_replay_buffer``) and ``VecNormalize`` statistics, in
+        ``snapshot_dir``; return its id, ``<run id>-<n>-t<num_timesteps>`` (unique to this run: files
+        are never overwritten, also when several runs share ``snapshot_dir``).
 
         Raises:
             ValueError: ``include_replay`` is not a bool, or the model has no replay.
@@ -159,7 +172,8 @@ class RunnerControl:
 
     def snapshots(self) -> list[dict[str, Any]]:
         """The snapshots taken, oldest first: ``id``, ``time`` (Unix s), ``num_timesteps``, ``hyperparameters``,
-        ``bytes`` (files on disk), ``include_replay``."""
+        ``bytes`` (files on disk), ``include_replay``, ``path``, ``run_id``, ``files``, ``sha256``
+        (``{file name: hex digest}``)."""
         return self._controller.snapshots()
 
     def restore(self, snapshot_id: str) -> dict[str, Any]:
@@ -170,7 +184,14 @@ class RunnerControl:
         keeps counting. A snapshot's replay (``include_replay=True``) is copied back into the model's
         ``SharedReplayBuffer`` in place: the same shared segment, which collectors keep writing into.
 
+        All or nothing: every file is checked against the SHA-256 this run recorded when it wrote it,
+        before anything is deserialized, and everything is read and checked before anything is applied.
+
         Raises:
             KeyError: no snapshot has that id.
+            SnapshotIntegrityError: (a ``ValueError``) a file of the snapshot was changed, replaced or
+                removed since this run wrote it (the message names it); nothing changed.
+            ValueError: the snapshot does not fit the model; nothing changed.
+            RuntimeError: the replay could not be loaded (a collector kept rows in flight); nothing changed.
         """
         return self._controller.restore(snapshot_id, source="python")
