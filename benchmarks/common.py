@@ -18,6 +18,7 @@ import multiprocessing as mp
 import os
 import platform
 import resource
+import shutil
 import signal
 import statistics
 import sys
@@ -32,6 +33,37 @@ import psutil
 from tqdm import tqdm
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+#: The docs site serves only docs/: the committed figures it shows are copied into docs/assets.
+DOCS_ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "assets")
+#: Figures of the committed results shown on the docs site: path under RESULTS_DIR -> file name in DOCS_ASSETS.
+#: ``tests/test_docs.py`` checks that each copy equals its source and that a docs page shows it.
+DOCS_FIGURES = {
+    "compare_sb3.png": "compare_sb3.png",
+    "sac_async/sac_async.png": "sac_async.png",
+    "learning_check.png": "learning_check.png",
+    "learning_curves.png": "learning_curves.png",  # the first learning check's curves (no longer written)
+    "robustness/heatmap.png": "robustness_heatmap.png",  # unilab-gym robustness --out benchmarks/results/robustness
+}
+
+
+def publish_figure(path: str, results_dir: str = RESULTS_DIR, assets_dir: str = DOCS_ASSETS) -> str | None:
+    """Copy ``path`` into ``assets_dir`` if it is one of :data:`DOCS_FIGURES` under ``results_dir``.
+
+    A benchmark calls this after writing a figure, so that a rerun into the committed results
+    (``--out benchmarks/results``) also updates the docs site's copy; a run elsewhere (the default
+    ``runs/...`` folders) copies nothing.
+
+    Returns:
+        The path of the copy, or ``None`` (not a published figure).
+    """
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(results_dir)).replace(os.sep, "/")
+    name = DOCS_FIGURES.get(relative)
+    if name is None:
+        return None
+    os.makedirs(assets_dir, exist_ok=True)
+    target = os.path.join(assets_dir, name)
+    shutil.copyfile(path, target)
+    return target
 
 
 def tree_rss_mb() -> float:

@@ -48,6 +48,7 @@ import datetime
 import functools
 import importlib.util
 import itertools
+import json
 import os
 import sys
 import time
@@ -61,6 +62,7 @@ from common import (
     busy_warning,
     exit_on_sigterm,
     machine_info,
+    publish_figure,
     run_interleaved,
     sample_load,
     summarize,
@@ -139,14 +141,17 @@ def env_configs(num_envs: int, steps: int) -> dict[str, tuple[Any, dict[str, Any
 
 # ----------------------------------------------------------------------------- RL sections
 class _Curve:
-    """SB3 callback factory: records (wall s, env steps, mean return of the last 20 episodes).
+    """SB3 callback factory: records (wall s, env steps, mean return of the last ``window`` episodes).
 
     A point every ``every`` env steps once an episode has finished (stock PPO never counts
     ``_episode_num``, so progress is measured in env steps, the same for every configuration).
+    The runs pass ``window = num_envs``: the envs' episodes end together, in blocks (one block per
+    collector under ``AsyncRunner``), and a shorter window held only the last block's envs, so the
+    curve jumped between the two collectors' envs (the saw teeth of the 2026-11-30 ``sac_async`` plot).
     """
 
     @staticmethod
-    def make(every: int):
+    def make(every: int, window: int = 20):
         from stable_baselines3.common.callbacks import BaseCallback
 
         class Curve(BaseCallback):
@@ -160,11 +165,16 @@ class _Curve:
                 buf = self.model.ep_info_buffer
                 if buf and self.num_timesteps >= self._next:
                     self._next = (self.num_timesteps // every + 1) * every
-                    recent = [e["r"] for e in list(buf)[-20:]]
+                    recent = [e["r"] for e in list(buf)[-window:]]
                     self.points.append((time.perf_counter() - self.t0, int(self.num_timesteps), float(np.mean(recent))))
                 return True
 
         return Curve()
+
+
+def curve_window(num_envs: int) -> int:
+    """Episodes averaged per curve point: one per env, at most the 100 that SB3's ``ep_info_buffer`` keeps."""
+    return min(num_envs, 100)
 
 
 def evaluate(model: Any, seed: int, max_episode_steps: int) -> float:
@@ -208,7 +218,7 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
         kwargs["replay_buffer_class"] = SharedReplayBuffer
     torch.set_num_threads(1)  # fastest for these small networks on 2 shared cores, for every config
     model = SAC("MlpPolicy", env, **kwargs)
-    curve = _Curve.make(every=max(num_envs, total_steps // 40))
+    curve = _Curve.make(every=max(num_envs, total_steps // 40), window=curve_window(num_envs))
     t0 = time.perf_counter()
     if kind.startswith("async"):
         with AsyncRunner(
@@ -233,6 +243,7 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
         "env_steps": model.num_timesteps,
         "final_return": evaluate(model, seed, episode),
         "curve": curve.points,
+        "curve_window": curve_window(num_envs),
         "rss_mb": tree_rss_mb(),
     }
     if kind != "stock":
@@ -274,7 +285,7 @@ def run_ppo(
     else:  # async: the model's env only gives the spaces and n_envs (= 2 collectors x num_envs / 2)
         env = make_sb3_env(ID, num_envs, seed=seed, max_episode_steps=episode)
     model = PPO("MlpPolicy", env, n_steps=n_steps, batch_size=256, n_epochs=5, seed=seed, verbose=0)
-    curve, clock = _Curve.make(every=max(num_envs, total_steps // 40)), _rollout_clock()
+    curve, clock = _Curve.make(every=max(num_envs, total_steps // 40), window=curve_window(num_envs)), _rollout_clock()
     t0 = time.perf_counter()
     if kind == "async":
         with AsyncRunner(
@@ -300,6 +311,7 @@ def run_ppo(
         "env_steps": model.num_timesteps,
         "final_return": evaluate(model, seed, episode),
         "curve": curve.points,
+        "curve_window": curve_window(num_envs),
         "rss_mb": tree_rss_mb(),
         # from the end of the first rollout on: without start-up (spawning collectors, the first rollout)
         "steady_env_steps_per_s": (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0])
@@ -380,6 +392,20 @@ def table(title: str, runs: dict[str, list[dict[str, Any]]], keys: list[tuple[st
 
 
 def plot(report: dict[str, Any], path: str) -> None:
+    """Write :func:`figure` of ``report`` to ``path`` (PNG, 110 dpi)."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(report)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figure(report: dict[str, Any]) -> Any:
+    """The report's picture: env-steps/s bars per section (top) and training return against wall clock (bottom).
+
+    In the lower panels every repeat (seed) of every configuration is its own line, its points in
+    time order: colour = configuration, marker and line style = seed.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -405,20 +431,35 @@ def plot(report: dict[str, Any], path: str) -> None:
         ax.invert_yaxis()
         ax.set_xlabel("env-steps/s (median, min-max)")
         ax.set_title(f"{section}: throughput")
+    markers, styles = "os^vDP*X", ["-", "--", ":", "-."]
     for ax, section in zip(grid[1], curves):
-        for name, rs in sections[section]["runs"].items():
+        windows = set()
+        for k, (name, rs) in enumerate(sections[section]["runs"].items()):
             for i, r in enumerate(rs):
-                if r.get("curve"):
-                    t, _, ret = zip(*r["curve"])
-                    ax.plot(
-                        t,
-                        ret,
-                        label=name if i == 0 else None,
-                        color=f"C{list(sections[section]['runs']).index(name)}",
-                        alpha=0.8,
-                    )
+                if not r.get("curve"):
+                    continue
+                # one line per repeat (seed), in time order; colour = configuration, marker and line style = seed
+                t, _, ret = zip(*sorted(r["curve"]))
+                ax.plot(
+                    t,
+                    ret,
+                    color=f"C{k}",
+                    marker=markers[i % len(markers)],
+                    ls=styles[i % len(styles)],
+                    markevery=max(1, len(t) // 8),  # a few markers per line: enough to tell the seeds apart
+                    markersize=4,
+                    lw=1.2,
+                    alpha=0.8,
+                    label=name if i == 0 else None,
+                )
+                windows.add(r.get("curve_window", 20))  # runs before the window was recorded: the last 20
+        for i in range(max((len(rs) for rs in sections[section]["runs"].values()), default=0)):
+            ax.plot(
+                [], [], color="gray", marker=markers[i % len(markers)], ls=styles[i % len(styles)], label=f"seed {i}"
+            )
+        window = "/".join(str(w) for w in sorted(windows)) or "20"
         ax.set_xlabel("wall clock (s)")
-        ax.set_ylabel("mean training return (last 20 episodes)")
+        ax.set_ylabel(f"mean training return (last {window} episodes)")
         ax.set_title(f"{section}: return vs wall clock")
         ax.legend(fontsize=7)
     fig.suptitle(
@@ -426,8 +467,7 @@ def plot(report: dict[str, Any], path: str) -> None:
         fontsize=9,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -444,7 +484,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="output folder (default: a fresh runs/compare_sb3/<UTC timestamp>/; "
         "the committed results: benchmarks/results)",
     )
+    parser.add_argument(
+        "--plot-only",
+        metavar="JSON",
+        default=None,
+        help="redraw the picture of a saved report (e.g. benchmarks/results/sac_async/sac_async.json) next to it, "
+        "as <JSON stem>.png, without running anything",
+    )
     args = parser.parse_args(argv)
+    if args.plot_only:
+        return replot(args.plot_only)
     name = "smoke" if args.smoke else "quick" if args.quick else "default"
     cfg = dict(MODES[name])
     if args.num_envs:
@@ -559,11 +608,23 @@ def _run(args: argparse.Namespace, name: str, cfg: dict[str, Any], sections: lis
         f.write(text)
     write_json(os.path.join(out, "compare_sb3.json"), report)
     plot(report, os.path.join(out, "compare_sb3.png"))
+    publish_figure(os.path.join(out, "compare_sb3.png"))  # the docs site's copy, for --out benchmarks/results
     print()
     print(text)
     if warning:
         print(warning, flush=True)
     print(f"wrote {out}/compare_sb3.{{md,json,png}} in {report['elapsed_s']:.0f} s")
+    return report
+
+
+def replot(json_path: str) -> dict[str, Any]:
+    """Redraw ``<json stem>.png`` next to a saved report (and the docs site's copy if it has one); return it."""
+    with open(json_path) as f:
+        report = json.load(f)
+    png = os.path.splitext(json_path)[0] + ".png"
+    plot(report, png)
+    copy = publish_figure(png)
+    print(f"wrote {png}" + (f" and {copy}" if copy else ""))
     return report
 
 

@@ -90,7 +90,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import RESULTS_DIR, machine_info, run_interleaved, warn_if_busy, write_json
+from common import RESULTS_DIR, machine_info, publish_figure, run_interleaved, warn_if_busy, write_json
 
 from unilab_gym.cli import HelpFormatter
 from unilab_gym.validation import check_positive, check_positive_int, check_real
@@ -548,6 +548,7 @@ def report(payload: dict[str, Any], out: str, quiet: bool = False) -> None:
     with open(os.path.join(out, "learning_check.md"), "w") as f:
         f.write(text)
     plot(payload, os.path.join(out, "learning_check.png"))
+    publish_figure(os.path.join(out, "learning_check.png"))  # the docs site's copy, for --out benchmarks/results
     if not quiet:
         print(text)
     print(f"wrote {out}/learning_check.{{json,md,png}}")
