@@ -72,16 +72,69 @@ def test_an_idle_connection_is_closed_after_the_timeout(monkeypatch):
     assert server.open_connections == 0 and port_is_free(server.port)
 
 
-def test_more_connections_than_the_bound_are_refused(monkeypatch):
-    monkeypatch.setattr(http_server, "MAX_CONNECTIONS", 4)
-    server = http_server.BoundedHTTPServer({"/": lambda: (b"ok", "text/plain")}, 0, "127.0.0.1")
-    socks = half_open(server.port, 5)
+def still_open(sock):
+    """Whether the server has not closed ``sock`` (no EOF, no reset, no data waiting)."""
+    sock.setblocking(False)
     try:
-        assert socks[4].recv(1) == b""  # the fifth is closed unanswered
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-            assert s.recv(1) == b""  # so is any other while four are open
-        assert server.open_connections == 4
+        return sock.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except ConnectionResetError:  # closed with part of a request unread: the kernel resets
+        return False
+    finally:
+        sock.setblocking(True)
+
+
+def closed_by_server(sock):
+    """Waits (up to the socket's timeout) for the server to close ``sock``."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def scrape(port, path="/"):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\n\r\n".encode())
+        return s.makefile("rb").read()
+
+
+def test_more_connections_than_the_bound_evict_the_oldest_idle_one(monkeypatch):
+    monkeypatch.setattr(http_server, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(http_server, "IDLE_TIMEOUT_S", 60.0)  # only eviction closes a held connection here
+    server = http_server.BoundedHTTPServer({"/": lambda: (b"ok", "text/plain")}, 0, "127.0.0.1")
+    socks = half_open(server.port, 6)
+    try:
+        # served in order of arrival: the 5th and 6th closed the two oldest held ones, and the
+        # scrape (before: closed unanswered) closes the 3rd
+        assert scrape(server.port).endswith(b"\r\n\r\nok")
+        assert all(closed_by_server(s) for s in socks[:3])
+        assert all(still_open(s) for s in socks[3:])
+        assert server.open_connections == 3 and server.evicted_connections == 3
     finally:
         server.close()
         for s in socks:
             s.close()
+    assert server.open_connections == 0 and port_is_free(server.port)
+
+
+def test_held_connections_do_not_starve_the_metrics_endpoint(monkeypatch):
+    """The issue's attack: more held connections than the bound, each one re-opened when the server
+    closes it; every scrape in between is answered."""
+    monkeypatch.setattr(http_server, "IDLE_TIMEOUT_S", 60.0)
+    server = http_server.BoundedHTTPServer({"/metrics": lambda: (b"up 1\n", "text/plain")}, 0, "127.0.0.1")
+    held = half_open(server.port, http_server.MAX_CONNECTIONS + 44)  # 300
+    try:
+        for _ in range(3):
+            assert scrape(server.port, "/metrics").startswith(b"HTTP/1.1 200 OK")
+            closed = [i for i, s in enumerate(held) if not still_open(s)]
+            assert closed  # the server made room by closing held ones, oldest first
+            for i in closed:  # the attacker re-opens them
+                held[i].close()
+                held[i] = half_open(server.port, 1)[0]
+        assert server.open_connections <= http_server.MAX_CONNECTIONS
+    finally:
+        server.close()
+        for s in held:
+            s.close()
+    assert server.open_connections == 0 and port_is_free(server.port)

@@ -5,8 +5,11 @@ of ``prometheus_client.start_http_server`` starts one thread per connection with
 200 half-open connections made 200 threads that outlived its shutdown (issue 19, item 8). This
 one runs an ``asyncio`` event loop on a single daemon thread:
 
-- a connection costs a coroutine, not a thread; at most :data:`MAX_CONNECTIONS` are open at once
-  (more are closed at once, unanswered);
+- a connection costs a coroutine, not a thread; at most :data:`MAX_CONNECTIONS` are open at once.
+  A new connection beyond that closes the **oldest idle** one (a connection that has not sent its
+  whole request yet), so clients that hold connections open cannot lock out a scrape (issue 29,
+  item 12: 300 held connections made most scrapes fail while the newest was refused). Only if
+  every open connection is being answered is the new one closed unanswered;
 - a connection that has not sent its whole request (or read the reply) within
   :data:`IDLE_TIMEOUT_S` is closed;
 - one request per connection (``Connection: close``), ``GET`` or ``HEAD``;
@@ -23,7 +26,7 @@ import threading
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-#: Most connections open at once; one more is closed unanswered.
+#: Most connections open at once; one more closes the oldest idle one (or, if none is idle, itself).
 MAX_CONNECTIONS = 256
 #: Longest a connection may take to send its request, and then to read the reply, in s.
 IDLE_TIMEOUT_S = 5.0
@@ -64,7 +67,12 @@ class BoundedHTTPServer:
             raise
         #: the bound port (the free one picked when asked for 0).
         self.port: int = sock.getsockname()[1]
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # the open connections, counted against the bound
+        # connections still reading their request, oldest first (dicts keep insertion order)
+        self._idle: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._evicted: set[asyncio.Task[None]] = set()  # closed for a newer one, still ending
+        #: idle connections closed so far to make room for a new one.
+        self.evicted_connections = 0
         self._loop = asyncio.new_event_loop()
         try:
             self._server = self._loop.run_until_complete(
@@ -90,9 +98,10 @@ class BoundedHTTPServer:
 
         async def shutdown() -> None:
             self._server.close()
-            for task in list(self._tasks):
+            tasks = self._tasks | self._evicted
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             await self._server.wait_closed()
 
         with contextlib.suppress(Exception):  # a loop that already died has nothing left to close
@@ -104,12 +113,14 @@ class BoundedHTTPServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._tasks) >= MAX_CONNECTIONS:
-            writer.close()
+        if len(self._tasks) >= MAX_CONNECTIONS and not self._evict_oldest_idle():
+            writer.close()  # every open connection is being answered: refuse this one
             return
         self._tasks.add(task)
+        self._idle[task] = writer
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_TIMEOUT_S)
+            self._idle.pop(task, None)  # a whole request: it is answered, never evicted
             status, body, content_type, method = self._respond(head)
             lines = [
                 f"HTTP/1.1 {status} {_REASONS[status]}",
@@ -127,7 +138,22 @@ class BoundedHTTPServer:
             pass  # close(): end quietly (asyncio logs a cancelled connection handler as an error)
         finally:
             self._tasks.discard(task)
+            self._idle.pop(task, None)
+            self._evicted.discard(task)
             writer.close()
+
+    def _evict_oldest_idle(self) -> bool:
+        """Close the connection that has waited longest for its request; False if none is idle."""
+        if not self._idle:
+            return False
+        victim, writer = next(iter(self._idle.items()))
+        del self._idle[victim]
+        self._tasks.discard(victim)
+        self._evicted.add(victim)
+        writer.close()
+        victim.cancel()
+        self.evicted_connections += 1
+        return True
 
     def _respond(self, head: bytes) -> tuple[int, bytes, str, str]:
         """(status, body, content type, method) for the request ``head``."""

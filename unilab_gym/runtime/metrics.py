@@ -431,7 +431,8 @@ class MetricsServer:
     """Serve :class:`RunnerMetrics` to Prometheus over HTTP (``GET /metrics``), on one daemon thread.
 
     A :class:`~unilab_gym.runtime.http_server.BoundedHTTPServer`: slow or idle clients cost no
-    thread, at most ``MAX_CONNECTIONS`` (256) are open at once, each is closed after
+    thread, at most ``MAX_CONNECTIONS`` (256) are open at once (one more closes the oldest idle
+    connection, so held connections cannot lock out a scrape), each is closed after
     ``IDLE_TIMEOUT_S`` (5 s) without a whole request, and :meth:`close` joins everything.
 
     Args:
