@@ -238,3 +238,18 @@ def test_a_change_that_fails_the_next_gradient_step_is_rolled_back_and_training_
     control.set_hyperparameters({"batch_size": 32})  # a change that works stays
     model.learn(5, reset_num_timesteps=False)
     assert model.batch_size == 32 and model._n_updates == updates + 15
+
+
+def test_changes_since_the_last_gradient_step_are_rolled_back_together(tmp_path):
+    model = sac()
+    model.learn(20)
+    control = Controller(model, snapshot_dir=tmp_path)
+    sample = model.replay_buffer.sample
+    model.replay_buffer.sample = lambda batch_size, env=None: (
+        sample(batch_size, env) if batch_size <= 32 else np.empty(10**20)  # numpy's MemoryError
+    )
+    control.set_hyperparameters({"batch_size": 24})
+    control.set_hyperparameters({"batch_size": 64, "gamma": 0.9})
+    with pytest.warns(UserWarning, match="rolled back to batch_size=16, gamma=0.99"):
+        model.learn(4, reset_num_timesteps=False)
+    assert (model.batch_size, model.gamma) == (16, 0.99)

@@ -258,7 +258,20 @@ class Controller:
         return self.store.save(self.model, self.hyperparams.values(), include_replay)
 
     def _put_on_trial(self, undo: Callable[[], None], changes: list[tuple[str, Any, Any]]) -> None:
-        """Watch the model's next ``train()``: if it raises, roll this change back and train again."""
+        """Watch the model's next ``train()``: if it raises, roll this change back and train again.
+
+        Changes made since the last ``train()`` are on trial together: a rollback returns to the
+        values that last trained.
+        """
+        pending = self._trial
+        if pending is not None:
+            undo = pending.undo
+            first = {name: old for name, old, _ in pending.changes}
+            latest = {name: new for name, _, new in pending.changes}
+            for name, old, new in changes:
+                first.setdefault(name, old)
+                latest[name] = new
+            changes = [(name, first[name], latest[name]) for name in latest]
         self._end_trial()
         if any(old != new for _, old, new in changes):
             self._trial = _Trial(self, undo, changes)
