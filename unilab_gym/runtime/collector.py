@@ -14,15 +14,26 @@ messages, or ``("error", traceback)`` before it exits with code 1). It ignores S
 learner decides when to stop; the pool spawns it with SIGINT blocked, so a Ctrl-C during its
 start-up prints no ``KeyboardInterrupt`` traceback either) and exits when the learner sets
 ``stop`` or disappears. Its heartbeat (:attr:`Collector.running`) tells the learner it is alive.
+
+It dies with the learner whatever it is doing (:func:`die_with_parent`: on Linux the kernel sends it
+SIGKILL when the learner exits, even inside a hung ``env.step`` or while stopped), so it never keeps
+the learner's resource tracker, and with it the learner's ``/dev/shm`` segments, alive.
+
+Every observation and reward its env returns is checked for NaN / inf before a writer sees it
+(:class:`FiniteCheckedEnv`, shared with the Ray collectors): a non-finite value is a
+:class:`~unilab_gym.runtime.errors.CollectorError` naming the collector, the env and the step, and
+nothing of that step reaches the replay or rollout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -48,12 +59,19 @@ from unilab_gym.runtime.control import (
     Control,
     ControlHandle,
 )
+from unilab_gym.runtime.errors import CollectorError
 from unilab_gym.runtime.normalization import CollectorNormalizer, NormalizationSpec
 from unilab_gym.runtime.weights import SharedWeights, WeightsHandle, load_flat, vector_size
 from unilab_gym.shm import Segment
 
 #: How long a collector sleeps between checks while it may not collect, in s.
 IDLE_WAIT_S = 0.0005
+#: ``PR_SET_PDEATHSIG`` of ``<linux/prctl.h>``: the signal the kernel sends this process when its parent exits.
+PR_SET_PDEATHSIG = 1
+#: Where ``prctl`` is unavailable (not Linux): how often the watchdog thread compares ``getppid()``, in s.
+WATCHDOG_INTERVAL_S = 0.2
+#: Exit code of a collector that found its learner gone at start-up.
+ORPHAN_EXIT_CODE = 3
 
 
 class Writer(Protocol):
@@ -150,11 +168,132 @@ def autoreset_mode_of(env: Any) -> str:
     return str(getattr(mode, "value", mode))
 
 
+def die_with_parent(parent_pid: int) -> str:
+    """Make this process die with its parent ``parent_pid`` (the learner), whatever it is doing then.
+
+    On Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (``man 2 prctl``), through ``ctypes`` on libc. The
+    kernel then SIGKILLs this process when the thread that started it exits, even while it is stuck in
+    C code, deadlocked, or stopped (SIGSTOP); the pool starts every collector from one thread that
+    lives until it closes (see :class:`~unilab_gym.runtime.process_pool.ProcessCollectorPool`).
+    Elsewhere, or if ``prctl`` fails: a daemon thread that compares ``os.getppid()`` every
+    ``WATCHDOG_INTERVAL_S`` and ends the process (``os._exit``) once the parent changed; it needs the
+    GIL, so an env stuck in C code that holds it, or a stopped process, outlives the parent there.
+
+    Then, because the parent may have died before the death signal was set, this checks that the parent
+    is still ``parent_pid`` and exits with ``ORPHAN_EXIT_CODE`` if not.
+
+    Args:
+        parent_pid: pid of the learner process that started this one.
+
+    Returns:
+        ``"prctl"`` or ``"watchdog"``: how the death of the parent is watched.
+    """
+    how = "watchdog"
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            zero = ctypes.c_ulong(0)
+            if libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero) == 0:
+                how = "prctl"
+    if how == "watchdog":
+        threading.Thread(target=_watch_parent, args=(parent_pid,), name="unilab-parent-watchdog", daemon=True).start()
+    if os.getppid() != parent_pid:  # the learner died before the death signal was set: nobody would send it
+        os._exit(ORPHAN_EXIT_CODE)
+    return how
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """The watchdog thread of :func:`die_with_parent`: end the process once its parent is no longer ``parent_pid``."""
+    while os.getppid() == parent_pid:
+        time.sleep(WATCHDOG_INTERVAL_S)
+    os._exit(ORPHAN_EXIT_CODE)
+
+
+class FiniteCheckedEnv:
+    """A collector's vector env whose ``reset`` and ``step`` refuse non-finite observations and rewards.
+
+    Every other attribute is the wrapped env's. After each ``step`` one ``np.isfinite(...).all()``
+    runs over the batch of observations (each key of a ``Dict`` observation), one over the rewards,
+    and one over the ``final_obs`` of the envs whose episode ended (same-step autoreset); ``reset``
+    checks its observations. Integer and boolean arrays are finite by construction and skipped.
+    The check runs before the writer sees the step, so a NaN / inf reaches neither the replay, the
+    rollout, nor the ``VecNormalize`` statistics.
+
+    Args:
+        env: the collector's gymnasium vector env.
+        collector: the collector's index (named in the error).
+
+    Raises:
+        CollectorError: from ``reset`` / ``step``: a NaN or inf in an observation, a reward or a
+            ``final_obs``; the message names the collector, the env index (in this collector), the
+            step (the collector's count of ``env.step`` calls, 1 for the first; 0: its ``reset``), what
+            was non-finite and where.
+
+    :ivar steps: ``env.step`` calls so far.
+    """
+
+    def __init__(self, env: Any, collector: int):
+        self.env = env
+        self.collector = collector
+        self.steps = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, info = self.env.reset(**kwargs)
+        self._check("observation", obs)
+        return obs, info
+
+    def step(self, actions: Any) -> Any:
+        out = self.env.step(actions)
+        self.steps += 1
+        obs, reward, info = out[0], out[1], out[4]
+        self._check("observation", obs)
+        self._check("reward", reward)
+        if isinstance(info, dict) and "final_obs" in info:
+            for i in np.flatnonzero(info.get("_final_obs", np.ones(len(info["final_obs"]), bool))):
+                self._check("final_obs", info["final_obs"][i], env_index=int(i))
+        return out
+
+    def _check(self, what: str, values: Any, env_index: int | None = None) -> None:
+        """Raise :class:`CollectorError` if ``values`` (a batch, or env ``env_index``'s value) holds a NaN / inf."""
+        if isinstance(values, dict):
+            for key, part in values.items():
+                self._check(f"{what} {key!r}", part, env_index)
+            return
+        array = np.asarray(values)
+        if array.dtype == object:  # e.g. a stacked object array of final observations
+            try:
+                array = array.astype(np.float64)
+            except (TypeError, ValueError):
+                return
+        if array.dtype.kind not in "fc" or np.isfinite(array).all():
+            return
+        bad = np.argwhere(~np.isfinite(array))[0]
+        i = env_index if env_index is not None else int(bad[0])
+        where = tuple(int(b) for b in (bad if env_index is not None else bad[1:]))
+        value = array[tuple(bad)]
+        at = f"[{', '.join(map(str, where))}]" if where else ""
+        step = f"step {self.steps}" + (" (its reset)" if self.steps == 0 else "")
+        raise CollectorError(
+            f"collector {self.collector}: env {i} returned a non-finite {what} ({what}{at} = {value}) at {step}; "
+            "nothing of this step was written to the replay or rollout. A NaN or inf comes from the env "
+            "(e.g. a physics blow-up or a division by zero in its task math): fix it, or end the episode "
+            "before it happens",
+            collector=self.collector,
+            pid=os.getpid(),
+            exitcode=None,
+            traceback=None,
+        )
+
+
 class Collector:
     """What a writer works with inside the collector process.
 
     :ivar spec: the :class:`CollectorSpec`.
-    :ivar env: the gymnasium vector env (``num_envs`` envs), not yet reset.
+    :ivar env: the gymnasium vector env (``num_envs`` envs), not yet reset, behind a
+        :class:`FiniteCheckedEnv` (its ``reset`` / ``step`` raise ``CollectorError`` on a NaN / inf).
     :ivar policy: the torch module on CPU, in eval mode, with the weights of :attr:`version`.
     :ivar row: this collector's counters (int64, fields of :mod:`unilab_gym.runtime.control`:
         ``TRANSITIONS``, ``STEP_CALLS``, ``ROLLOUTS``, ... ), which it alone writes.
@@ -175,7 +314,8 @@ class Collector:
     def __init__(
         self, spec: CollectorSpec, env: Any, policy: Any, weights: SharedWeights, control: Control, conn: Connection
     ):
-        self.spec, self.env, self.policy, self.conn = spec, env, policy, conn
+        self.spec, self.policy, self.conn = spec, policy, conn
+        self.env: Any = FiniteCheckedEnv(env, spec.index)  # shared by the Ray collectors (StagedCollector)
         self._control = control
         self.row = control.rows[spec.index]
         self.version = 0
@@ -284,6 +424,7 @@ def collector_main(
     spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: ControlHandle, conn: Connection
 ) -> None:
     """Process entry point: run the writer; on an exception, report it through ``conn`` first, then clean up."""
+    die_with_parent(spec.parent_pid)  # first: from now on the kernel ends this process with the learner
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a Ctrl-C that arrived while starting (blocked till now)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     opened: list[Any] = []  # closed in reverse order, after the learner has been told of any error

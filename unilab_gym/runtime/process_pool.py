@@ -23,6 +23,7 @@ import signal
 import socket
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -52,6 +53,20 @@ JOIN_TIMEOUT_S = 3.0
 START_TIMEOUT_S = 60.0
 
 
+def _block_sigint() -> None:
+    """Start-up of the pool's collector-starting thread: block SIGINT in it, for good.
+
+    Every collector is started from this one thread, which lives until the pool closes: a collector's
+    ``PR_SET_PDEATHSIG`` (:func:`~unilab_gym.runtime.collector.die_with_parent`) fires when the *thread*
+    that started it exits, so a collector started from a caller's short-lived thread (``learn()`` in a
+    worker thread) would be killed with that thread. A spawned child inherits the thread's signal mask
+    (it survives exec): a Ctrl-C meant for the learner that reaches a collector still starting would
+    print a ``KeyboardInterrupt`` traceback; ``collector_main`` then ignores SIGINT and unblocks it.
+    The process still gets its Ctrl-C: the kernel hands it to a thread that does not block it.
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
 class ProcessCollectorPool(CollectorPool):
     """Collectors in processes started with ``start_method`` (``"spawn"``: safe with torch).
 
@@ -79,6 +94,7 @@ class ProcessCollectorPool(CollectorPool):
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
         self._policy_segment: Segment | None = None
+        self._starter: ThreadPoolExecutor | None = None  # the one thread that starts collectors, see _block_sigint
         self._policy_bytes = 0
         self._closed = False
 
@@ -119,11 +135,11 @@ class ProcessCollectorPool(CollectorPool):
             daemon=True,
         )
         self._control.rows[c, PROGRESS_NS] = time.monotonic_ns()  # its heartbeat runs from now: start-up counts
-        # spawned with SIGINT blocked (the mask survives exec): a Ctrl-C meant for the learner reaches the
-        # collector while it starts, and would print a KeyboardInterrupt traceback; collector_main ignores it
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        if self._starter is None:
+            self._starter = ThreadPoolExecutor(1, "unilab-collector-starter", initializer=_block_sigint)
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # no Ctrl-C between start and return
         try:
-            proc.start()
+            self._starter.submit(proc.start).result()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C meanwhile is delivered here now
         writer.close()
@@ -155,6 +171,9 @@ class ProcessCollectorPool(CollectorPool):
         for conn in self._conns:
             conn.close()
         self._procs, self._conns = [], []
+        if self._starter is not None:  # after the collectors are gone: its exit would SIGKILL them (PDEATHSIG)
+            self._starter.shutdown()
+            self._starter = None
         if self._policy_segment is not None:
             self._policy_segment.close()
             self._policy_segment = None
