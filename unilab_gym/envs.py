@@ -30,7 +30,8 @@ SINGLE_RESET_OPTIONS = ("episode_seed",)
 
 
 class QuadrupedEnv(gym.Env):
-    """One Unitree A1 following a velocity command (see :class:`UniLabVectorEnv` for the task).
+    """One quadruped (a Unitree A1 by default; ``robot=`` picks another, see :mod:`unilab_gym.robots`) following a
+    velocity command (see :class:`UniLabVectorEnv` for the task).
 
     ``observation_space``: Box(-inf, inf, (48,), float32); ``action_space``: Box(-1, 1, (12,), float32).
     ``reward`` is a float, ``info["reward_terms"]`` a dict of the weighted terms (floats).
@@ -38,7 +39,7 @@ class QuadrupedEnv(gym.Env):
     Args:
         render_mode: ``None`` or ``"rgb_array"`` ((240, 320, 3) uint8 frames).
         **kwargs: the task configuration, the fields of :class:`~unilab_gym.tasks.config.QuadrupedConfig`
-            (``dt``, ``substeps``, ``kp``, ...), and the parameter trace's ``trace_max_records`` and
+            (``robot``, ``dt``, ``substeps``, ``kp``, ...), and the parameter trace's ``trace_max_records`` and
             ``trace_path`` (see :class:`UniLabVectorEnv`), and ``privileged_obs`` (``True``: the observation is a
             ``Dict`` of the (48,) ``"policy"`` and the (68,) ``"critic"`` observations, see :class:`UniLabVectorEnv`).
 

@@ -1,4 +1,9 @@
-"""``UniLabVectorEnv``: N quadrupeds stepped in one process, grouped in EIC clusters.
+"""``UniLabVectorEnv``: N robots stepped in one process, grouped in EIC clusters, with a task on the seam.
+
+The engine (this module) owns the Gymnasium contract, seeding, autoreset, actuation, domain randomization
+and the parameter trace; the robot is data (:class:`~unilab_gym.robots.RobotDescription`, ``robot=``) and the
+task is batched numpy (:class:`~unilab_gym.tasks.base.Task`, :attr:`UniLabVectorEnv.task_type`, by default
+:class:`~unilab_gym.tasks.quadruped.QuadrupedTask`); :mod:`unilab_gym.sim.world` is the only pybullet caller.
 
 One :meth:`UniLabVectorEnv.step` is five phases, each a private method::
 
@@ -33,8 +38,9 @@ from unilab_gym.memory import check_memory
 from unilab_gym.randomization import PARAMETER_NAMES
 from unilab_gym.sim import a1
 from unilab_gym.sim.world import ClusterWorld, RobotState
-from unilab_gym.tasks import quadruped as task
-from unilab_gym.tasks.config import QuadrupedConfig, check_task_kwargs
+from unilab_gym.tasks.base import Task
+from unilab_gym.tasks.config import check_task_kwargs
+from unilab_gym.tasks.quadruped import QuadrupedTask
 from unilab_gym.trace import DEFAULT_TRACE_MAX_RECORDS, ParameterTrace, write_jsonl
 from unilab_gym.validation import check_action_array, check_int, check_positive_int, check_seed
 
@@ -84,7 +90,7 @@ def check_reset_options(options: Any, valid: Sequence[str] = RESET_OPTIONS) -> d
 
 
 class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's two bases type np_random_seed differently
-    """``num_envs`` Unitree A1 quadrupeds following velocity commands, in one process.
+    """``num_envs`` quadrupeds (a Unitree A1 by default, ``robot=``) following velocity commands, in one process.
 
     Robots are grouped in EIC clusters (Environment Instance Clusters) of ``envs_per_cluster``:
     each cluster is one pybullet world in which its robots share a ground but never collide.
@@ -109,8 +115,8 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
     Spaces:
         ``single_action_space``: Box(-1, 1, (12,), float32). Joint position targets are
         ``nominal pose + action_scale * action`` (rad), tracked by PD torques clipped to
-        the URDF's effort limits (hip 20 N·m, thigh and calf 55 N·m). Actions outside
-        [-1, 1] are clipped.
+        the robot's torque limits (A1: the URDF's effort limits, hip 20 N·m, thigh and calf 55 N·m).
+        Actions outside [-1, 1] are clipped.
         ``single_observation_space``: Box(-inf, inf, (48,), float32), layout in
         :data:`unilab_gym.tasks.quadruped.OBS_LAYOUT`: base linear velocity (3, m/s, base
         frame), base angular velocity (3, rad/s, base frame), projected gravity (3, unit
@@ -145,14 +151,18 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             parameters, base height, foot contacts, feet air times), layout and units in
             :data:`unilab_gym.tasks.quadruped.CRITIC_OBS_LAYOUT`. The trajectories are the same either way.
         **task_kwargs: the task configuration, the fields of
-            :class:`~unilab_gym.tasks.config.QuadrupedConfig` (``max_episode_steps``, ``dt``,
-            ``substeps``, ``kp``, ``kd``, ``action_scale``, ``solver_iterations``,
+            :class:`~unilab_gym.tasks.config.QuadrupedConfig` (``robot``: ``"a1"`` (default), ``"aliengo"``,
+            ``"laikago"``, ``"mini_cheetah"`` or a :class:`~unilab_gym.robots.RobotDescription`;
+            ``max_episode_steps``, ``dt``, ``substeps``, ``kp``, ``kd`` (default: the robot's), ``action_scale``,
+            ``solver_iterations``,
             ``lin_vel_x_range``, ``lin_vel_y_range``, ``yaw_rate_range``, ``reward_weights``,
             ``base_height_target``, ``feet_air_time_target``, ``feet_air_time_max``,
             ``termination``, ``init_joint_noise``, ``domain_randomization``), each with its default.
 
     Attributes:
         config: the :class:`~unilab_gym.tasks.config.QuadrupedConfig` of ``task_kwargs``.
+        robot: the :class:`~unilab_gym.robots.RobotDescription` of ``config.robot``.
+        task: the :class:`~unilab_gym.tasks.base.Task` (``task_type(num_envs, config)``).
         task_config: ``config.to_dict()``, the arguments that determine the trajectories, JSON-able:
             ``UniLabVectorEnv(n, **env.task_config)`` makes envs that follow the same ones.
         max_episode_steps: the value of :attr:`config`; may be changed with :meth:`set_attr`.
@@ -176,6 +186,9 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             exceeds the available memory; raised before anything is built.
     """
 
+    #: The task on the seam (a :class:`~unilab_gym.tasks.base.Task` subclass); a subclass of this env sets another.
+    task_type: type[Task] = QuadrupedTask
+
     def __init__(
         self,
         num_envs: int = 1,
@@ -188,7 +201,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         privileged_obs: bool = False,
         **task_kwargs: Any,
     ):
-        check_task_kwargs("UniLabVectorEnv", task_kwargs, VECTOR_ENV_ARGS)
+        check_task_kwargs("UniLabVectorEnv", task_kwargs, VECTOR_ENV_ARGS, self.task_type.config_type())
         self.num_envs = check_positive_int("num_envs", num_envs)
         envs_per_cluster = check_positive_int("envs_per_cluster", envs_per_cluster)
         if render_mode not in (None, "rgb_array"):
@@ -206,7 +219,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         if not isinstance(privileged_obs, (bool, np.bool_)):
             raise ValueError(f"privileged_obs must be True or False, got {privileged_obs!r}")
         self.privileged_obs = bool(privileged_obs)
-        self.config = config = QuadrupedConfig(**task_kwargs)
+        self.config = config = self.task_type.config_type()(**task_kwargs)
         trace_max_records = check_int("trace_max_records", trace_max_records, minimum=0)
         check_memory(self.num_envs, envs_per_cluster, config.domain_randomization.max_latency, trace_max_records)
         self.task_config: dict[str, Any] = config.to_dict()
@@ -215,11 +228,16 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self.substeps = config.substeps
         self.control_dt = config.control_dt
         self.action_scale = config.action_scale
-        self.reward_weights = config.reward_weights
-        self.termination = config.termination
-        self.init_joint_noise = config.init_joint_noise
+        # the Quadruped task's (None for a task without them)
+        self.reward_weights = getattr(config, "reward_weights", None)
+        self.termination = getattr(config, "termination", None)
+        self.init_joint_noise = getattr(config, "init_joint_noise", None)
         self.domain_randomization = config.domain_randomization
-        self.command_ranges = np.array([config.lin_vel_x_range, config.lin_vel_y_range, config.yaw_rate_range])
+        #: The robot every env holds (``config.robot``).
+        self.robot = config.robot
+        #: The task math on the seam (:class:`~unilab_gym.tasks.base.Task`), batched over the N envs.
+        self.task: Task = self.task_type(self.num_envs, config)
+        task = self.task
 
         self.render_mode = render_mode
         self.metadata = {
@@ -227,20 +245,20 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             "render_fps": round(1.0 / self.control_dt),
             "autoreset_mode": self.autoreset_mode,
         }
-        policy_space = spaces.Box(-np.inf, np.inf, (task.OBS_DIM,), np.float32)
+        policy_space = spaces.Box(-np.inf, np.inf, (task.obs_dim,), np.float32)
         self.single_observation_space: spaces.Box | spaces.Dict = (
             spaces.Dict(
-                {"policy": policy_space, "critic": spaces.Box(-np.inf, np.inf, (task.CRITIC_OBS_DIM,), np.float32)}
+                {"policy": policy_space, "critic": spaces.Box(-np.inf, np.inf, (task.critic_obs_dim,), np.float32)}
             )
             if self.privileged_obs
             else policy_space
         )
-        self.single_action_space = spaces.Box(-1.0, 1.0, (task.ACT_DIM,), np.float32)
+        self.single_action_space = spaces.Box(-1.0, 1.0, (task.act_dim,), np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
         n = self.num_envs
-        self._state = RobotState.zeros(n)
+        self._state = RobotState.zeros(n, self.robot)
         self._state_view = self._state.read_only()
         self._clusters: list[tuple[slice, ClusterWorld]] = []
         self.closed = False
@@ -253,23 +271,33 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
                     self.dt,
                     config.solver_iterations,
                     visual=render_mode is not None and start == 0,
+                    robot=self.robot,
+                    scene=task.scene,
                 )
                 self._clusters.append((rows, world))
         except BaseException:
             self.close_extras()
             raise
+        mass = self._clusters[0][1].nominal_trunk_mass
+        lowest = config.domain_randomization.low[_COL["added_mass"]]
+        if mass + lowest <= 0.0:
+            self.close_extras()
+            raise ValueError(
+                f"domain_randomization['added_mass'] reaches {lowest} kg, which leaves robot {self.robot.name!r}'s "
+                f"trunk ({mass} kg in its URDF) no mass: need added_mass > -{mass} kg"
+            )
         self._kp_nominal = np.array(config.kp)
         self._kd_nominal = np.array(config.kd)
         self._torque_limits_nominal = self._clusters[0][1].torque_limits
         self.kp = np.tile(self._kp_nominal, (n, 1))
         self.kd = np.tile(self._kd_nominal, (n, 1))
         self.torque_limits = np.tile(self._torque_limits_nominal, (n, 1))
-        self.nominal_joint_pos = np.tile(a1.NOMINAL_JOINT_POS, (n, 1))
+        self.nominal_joint_pos = task.nominal_joint_pos  # (N, J) rad, the task's array
 
         dr = self.domain_randomization
         self.parameters = np.tile(dr.low, (n, 1))
         # latency: a ring of the last max_latency + 1 policy actions per env (None when no latency)
-        self._fifo = np.zeros((n, dr.max_latency + 1, task.ACT_DIM)) if dr.max_latency > 0 else None
+        self._fifo = np.zeros((n, dr.max_latency + 1, task.act_dim)) if dr.max_latency > 0 else None
         self._fifo_head = 0
         self._latency = np.zeros(n, dtype=np.int64)
         self._push_every = np.zeros(n, dtype=np.int64)  # control steps between pushes, 0 = none
@@ -282,14 +310,14 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self._no_envs = np.zeros(n, dtype=bool)
         self._all_envs.flags.writeable = self._no_envs.flags.writeable = False  # shared masks: never written
 
-        self.command = np.zeros((n, 3))
+        #: (N, C) float64: each env's command (target) of its current episode, the task's array.
+        self.command = task.command
         self.episode_step = np.zeros(n, dtype=np.int64)
         #: (N,) int64: seed of each env's current episode (drawn from the env's stream at reset).
         self.episode_seed = np.zeros(n, dtype=np.int64)
-        self._obs = np.zeros((n, task.OBS_DIM), dtype=np.float32)
-        self._critic_obs = np.zeros((n, task.CRITIC_OBS_DIM), dtype=np.float32) if self.privileged_obs else None
-        self._last_action = np.zeros((n, task.ACT_DIM))
-        self._feet_air_time = np.zeros((n, len(a1.FOOT_LINK_NAMES)))
+        self._obs = np.zeros((n, task.obs_dim), dtype=np.float32)
+        self._critic_obs = np.zeros((n, task.critic_obs_dim), dtype=np.float32) if self.privileged_obs else None
+        self._last_action = np.zeros((n, task.act_dim))
         self._autoreset_envs = np.zeros(n, dtype=bool)
         self._finished = np.zeros(n, dtype=bool)  # DISABLED: envs that terminated or truncated since their reset
         self._env_rngs: list[np.random.Generator | None] = [None] * n
@@ -358,7 +386,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         It grows by ``control_dt`` every step a foot is off the ground, is cleared when the foot touches it, and
         starts at 0 with every episode (see :func:`~unilab_gym.tasks.quadruped.feet_air_time`).
         """
-        out = self._feet_air_time.copy()
+        out = np.array(getattr(self.task, "feet_air_time", np.zeros((self.num_envs, 0))))
         out.flags.writeable = False
         return out
 
@@ -598,31 +626,10 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         previous_action = self._last_action
         self._last_action = action
         self._last_action[restarting] = 0.0
-        lin_b, ang_b, gravity = self._compute_obs()
-        state = self._state
-        self._feet_air_time, touchdown = task.feet_air_time(self._feet_air_time, state.foot_contact, self.control_dt)
-        self._feet_air_time[restarting] = 0.0
-        config = self.config
-        terms = task.reward_terms(
-            lin_b,
-            ang_b,
-            self.command,
-            state.torques,
-            action,
-            previous_action,
-            self.reward_weights,
-            self.control_dt,
-            projected_gravity=gravity,
-            base_height=state.base_pos[:, 2],
-            touchdown_air_time=touchdown,
-            leg_contact=state.leg_contact,
-            base_height_target=config.base_height_target,
-            feet_air_time_target=config.feet_air_time_target,
-            feet_air_time_max=config.feet_air_time_max,
-        )
-        conditions = task.fall_conditions(state.base_pos[:, 2], state.base_quat, state.trunk_contact, self.termination)
+        self._compute_obs()
+        terms, conditions = self.task.evaluate(self._state, action, previous_action, restarting)
         terminated: np.ndarray = np.logical_or.reduce(conditions, axis=1)
-        truncated = self.episode_step >= self.max_episode_steps
+        truncated = self.task.truncation(self.episode_step, self.max_episode_steps)
         terminated[restarting] = False
         truncated[restarting] = False
         for value in terms.values():
@@ -711,7 +718,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         return mask.copy()
 
     def _validate_actions(self, actions: Any) -> np.ndarray:
-        action = check_action_array("actions", actions, (self.num_envs, task.ACT_DIM))
+        action = check_action_array("actions", actions, (self.num_envs, self.task.act_dim))
         bad = np.flatnonzero(~np.isfinite(action).all(axis=1))
         if bad.size:
             raise ValueError(f"actions contain NaN or inf for env indices {bad.tolist()}; the envs were not stepped")
@@ -751,16 +758,12 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         Every parameter is applied, so nothing of the slot's earlier episodes remains.
         """
         idx = np.flatnonzero(mask)
-        joint_pos = np.empty((idx.size, task.ACT_DIM))
-        lo, hi = self.command_ranges[:, 0], self.command_ranges[:, 1]
+        joint_pos = np.empty((idx.size, self.task.act_dim))
         for row, i in enumerate(idx):
             given = episode_seeds[i]
             self.episode_seed[i] = _stream(self._env_rngs[i]).integers(2**63) if given is None else given
             rng = np.random.default_rng(int(self.episode_seed[i]))
-            self.command[i] = rng.uniform(lo, hi)
-            joint_pos[row] = self.nominal_joint_pos[i] + rng.uniform(
-                -self.init_joint_noise, self.init_joint_noise, task.ACT_DIM
-            )
+            joint_pos[row] = self.task.sample_episode(int(i), rng)  # the command (target), then the initial pose
             self.parameters[i] = self.domain_randomization.sample(rng)
             self._episode_rngs[i] = rng  # the episode's stream goes on for its pushes
         params = self.parameters[idx]
@@ -783,7 +786,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
                 world.reset_robots(local, lanes[inside], joint_pos[inside])
         self.episode_step[idx] = 0
         self._last_action[idx] = 0.0
-        self._feet_air_time[idx] = 0.0
+        self.task.start_episodes(idx)
         self._episode_index[idx] += 1
         self._episode_return[idx] = 0.0
         self._episode_recorded[idx] = False
@@ -809,30 +812,16 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             if mask[rows].any():
                 world.read_state()
 
-    def _compute_obs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Refresh ``self._obs``; return base-frame linear and angular velocities and projected gravity (N, 3)."""
-        s = self._state
-        return task.observation(
-            s.base_quat,
-            s.lin_vel,
-            s.ang_vel,
-            self.command,
-            s.joint_pos,
-            self.nominal_joint_pos,
-            s.joint_vel,
-            self._last_action,
-            out=self._obs,
-        )
+    def _compute_obs(self) -> None:
+        """Refresh ``self._obs`` from the current states (:meth:`Task.observe <unilab_gym.tasks.base.Task.observe>`)."""
+        self.task.observe(self._state, self._last_action, out=self._obs)
 
     def _observation(self) -> Any:  # np.ndarray, or dict[str, np.ndarray] with privileged_obs
         """A copy of the current observation: (N, 48), or ``{"policy": (N, 48), "critic": (N, 68)}`` with
         ``privileged_obs`` (the critic columns written now, from the current state)."""
         if self._critic_obs is None:
             return self._obs.copy()
-        s = self._state
-        task.critic_observation(
-            self._obs, self.parameters, s.base_pos[:, 2], s.foot_contact, self._feet_air_time, out=self._critic_obs
-        )
+        self.task.critic_observe(self._state, self._obs, self.parameters, out=self._critic_obs)
         return {"policy": self._obs.copy(), "critic": self._critic_obs.copy()}
 
     def _reset_info(self, mask: np.ndarray) -> dict[str, Any]:

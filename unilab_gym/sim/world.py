@@ -1,7 +1,10 @@
-"""One EIC (Environment Instance Cluster): a single pybullet world hosting many A1 robots.
+"""One EIC (Environment Instance Cluster): a single pybullet world hosting many robots of one description.
 
 This module is the only place in unilab-gym that calls pybullet. A :class:`ClusterWorld`
-owns one ``DIRECT`` physics client with a ground plane and several A1s side by side.
+owns one ``DIRECT`` physics client with a ground plane (:class:`~unilab_gym.sim.scene.Scene`) and several robots
+side by side, each loaded from the same :class:`~unilab_gym.robots.RobotDescription` (the A1 by default).
+It gives the task layer batched state arrays (:class:`RobotState`) and takes batched commands (PD targets,
+gains and torque limits, resets, dynamics, pushes).
 Robots never collide with each other (collision group/mask filtering: robots are in group 2
 and only collide with the ground's group 1) and the broadphase pairs are sorted
 (``deterministicOverlappingPairs``), so a robot's trajectory does not depend on what its
@@ -69,8 +72,10 @@ def _import_pybullet():
 
 p = _import_pybullet()
 
+from unilab_gym.robots import A1, RobotDescription  # noqa: E402
 from unilab_gym.sim import a1  # noqa: E402
 from unilab_gym.sim.rotation import quat_rotate  # noqa: E402
+from unilab_gym.sim.scene import Scene  # noqa: E402
 
 _ROBOT_GROUP = 2  # collision group of every robot link
 _GROUND_GROUP = 1  # collision group of the plane
@@ -97,23 +102,25 @@ class RobotState:
     ang_vel: np.ndarray
     """(n, 3) base angular velocity in rad/s, world frame."""
     joint_pos: np.ndarray
-    """(n, 12) joint angles in rad, in :data:`unilab_gym.sim.a1.JOINT_NAMES` order."""
+    """(n, J) joint angles in rad, in the robot's ``joint_names`` order (J = 12 for the A1:
+    :data:`unilab_gym.sim.a1.JOINT_NAMES`)."""
     joint_vel: np.ndarray
-    """(n, 12) joint velocities in rad/s."""
+    """(n, J) joint velocities in rad/s."""
     trunk_contact: np.ndarray
-    """(n,) bool: the trunk touches the ground."""
+    """(n,) bool: the base (trunk) touches the ground."""
     foot_contact: np.ndarray
-    """(n, 4) bool: each foot touches the ground, columns FR, FL, RR, RL (:data:`unilab_gym.sim.a1.FOOT_LINK_NAMES`)."""
+    """(n, F) bool: each of the robot's ``foot_links`` touches the ground (A1: (n, 4), columns FR, FL, RR, RL,
+    :data:`unilab_gym.sim.a1.FOOT_LINK_NAMES`)."""
     leg_contact: np.ndarray
-    """(n, 8) bool: each thigh and calf touches the ground, columns FR thigh, FR calf, FL thigh, ...
-    (:data:`unilab_gym.sim.a1.LEG_LINK_NAMES`)."""
+    """(n, L) bool: each of the robot's ``contact_links`` touches the ground (A1: (n, 8), each thigh and calf, columns
+    FR thigh, FR calf, FL thigh, ..., :data:`unilab_gym.sim.a1.LEG_LINK_NAMES`)."""
     torques: np.ndarray
-    """(n, 12) joint torques in N·m: the PD torques applied during the last substep (0 after a reset)."""
+    """(n, J) joint torques in N·m: the PD torques applied during the last substep (0 after a reset)."""
 
     @classmethod
-    def zeros(cls, n: int) -> RobotState:
-        """States of ``n`` robots, every array zero (``False``)."""
-        j = a1.NUM_JOINTS
+    def zeros(cls, n: int, robot: RobotDescription = A1) -> RobotState:
+        """States of ``n`` robots described by ``robot``, every array zero (``False``)."""
+        j = robot.num_joints
         return cls(
             base_pos=np.zeros((n, 3)),
             base_quat=np.zeros((n, 4)),
@@ -122,8 +129,8 @@ class RobotState:
             joint_pos=np.zeros((n, j)),
             joint_vel=np.zeros((n, j)),
             trunk_contact=np.zeros(n, dtype=bool),
-            foot_contact=np.zeros((n, len(a1.FOOT_LINK_NAMES)), dtype=bool),
-            leg_contact=np.zeros((n, len(a1.LEG_LINK_NAMES)), dtype=bool),
+            foot_contact=np.zeros((n, len(robot.foot_links)), dtype=bool),
+            leg_contact=np.zeros((n, len(robot.contact_links)), dtype=bool),
             torques=np.zeros((n, j)),
         )
 
@@ -150,25 +157,52 @@ def _lane_y(lane: int) -> float:
 
 
 class ClusterWorld:
-    """A pybullet world with ``num_robots`` A1 quadrupeds advanced in lockstep.
+    """A pybullet world with ``num_robots`` robots of one description advanced in lockstep.
 
     Args:
         state: where this world writes its robots' states (:meth:`read_state`); its length is
-            the number of robots (>= 1). Pass views of a larger :class:`RobotState` to gather
-            several worlds' robots in one set of arrays without copies.
+            the number of robots (>= 1), its array widths those of ``robot`` (:meth:`RobotState.zeros`). Pass views
+            of a larger :class:`RobotState` to gather several worlds' robots in one set of arrays without copies.
         dt: physics time step in s.
         solver_iterations: pybullet ``numSolverIterations``.
-        visual: load visual shapes (needed only for rendering; costs ~19 MB per robot).
+        visual: load visual shapes (needed only for rendering; costs ~19 MB per A1).
+        robot: the robot every slot holds (default the A1), loaded the same way in every world.
+        scene: the static world around the robots (default an infinite plane).
+
+    Raises:
+        ValueError: a name of ``robot`` the URDF does not have, naming the field, the URDF and the valid names
+            (``joint_names``: its revolute and prismatic joints; ``foot_links``, ``contact_links``,
+            ``end_effector_link``: its links; ``base_link``: its root link), or ``torque_limits=None`` where the URDF
+            gives a joint no effort limit. The physics client is disconnected before raising.
     """
 
-    def __init__(self, state: RobotState, dt: float, solver_iterations: int, visual: bool = False):
+    def __init__(
+        self,
+        state: RobotState,
+        dt: float,
+        solver_iterations: int,
+        visual: bool = False,
+        robot: RobotDescription = A1,
+        scene: Scene = Scene(),  # noqa: B008  # frozen: one shared default is safe
+    ):
         num_robots = len(state)
         if num_robots < 1:
             raise ValueError(f"a cluster needs at least one robot, got {num_robots}")
         self.num_robots = num_robots
         self.state = state
+        self.robot = robot
+        self._closed = True  # until the client exists
         self._client = p.connect(p.DIRECT)
+        self._closed = False
+        try:
+            self._build(dt, solver_iterations, visual, robot, scene)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, dt: float, solver_iterations: int, visual: bool, robot: RobotDescription, scene: Scene) -> None:
         c = self._client
+        num_robots = self.num_robots
         p.setGravity(0.0, 0.0, -GRAVITY, physicsClientId=c)
         p.setPhysicsEngineParameter(
             fixedTimeStep=dt,
@@ -184,39 +218,41 @@ class ClusterWorld:
         self._plane = p.createMultiBody(
             0.0, p.createCollisionShape(p.GEOM_PLANE, physicsClientId=c), ground_visual, physicsClientId=c
         )
-        p.changeDynamics(self._plane, -1, lateralFriction=1.0, physicsClientId=c)
+        p.changeDynamics(self._plane, -1, lateralFriction=scene.ground_friction, physicsClientId=c)
         p.setCollisionFilterGroupMask(self._plane, -1, _GROUND_GROUP, 0xFFFF, physicsClientId=c)
         flags = 0 if visual else p.URDF_IGNORE_VISUAL_SHAPES
+        self._spawn_height = robot.spawn_height
         self._robots: list[int] = []
         for i in range(num_robots):
-            spawn = [0.0, _lane_y(i % a1.NUM_LANES), a1.SPAWN_HEIGHT]
-            robot = p.loadURDF(a1.URDF_PATH, spawn, flags=flags, physicsClientId=c)
-            for link in range(-1, p.getNumJoints(robot, physicsClientId=c)):
-                p.setCollisionFilterGroupMask(robot, link, _ROBOT_GROUP, _GROUND_GROUP, physicsClientId=c)
-            self._robots.append(robot)
-        names = [
-            p.getJointInfo(self._robots[0], j, physicsClientId=c)[1].decode()
-            for j in range(p.getNumJoints(self._robots[0], physicsClientId=c))
-        ]
-        self.joint_ids = [names.index(n) for n in a1.JOINT_NAMES]
-        link_names = [
-            p.getJointInfo(self._robots[0], j, physicsClientId=c)[12].decode()
-            for j in range(p.getNumJoints(self._robots[0], physicsClientId=c))
-        ]
-        # contact flags of one world, as (robot, link index + 1): column 0 is the trunk (link -1)
-        self._contact_hits = np.zeros((num_robots, len(link_names) + 1), dtype=bool)
-        self._foot_columns = [link_names.index(n) + 1 for n in a1.FOOT_LINK_NAMES]
-        self._leg_columns = [link_names.index(n) + 1 for n in a1.LEG_LINK_NAMES]
+            spawn = [0.0, _lane_y(i % a1.NUM_LANES), robot.spawn_height]
+            body = p.loadURDF(robot.urdf_path, spawn, flags=flags, physicsClientId=c)
+            for link in range(-1, p.getNumJoints(body, physicsClientId=c)):
+                p.setCollisionFilterGroupMask(body, link, _ROBOT_GROUP, _GROUND_GROUP, physicsClientId=c)
+            self._robots.append(body)
+            if i == 0:
+                self._check_names(robot, body)  # before loading the others: a bad name fails fast
+        first = self._robots[0]
+        infos = [p.getJointInfo(first, j, physicsClientId=c) for j in range(p.getNumJoints(first, physicsClientId=c))]
+        names = [info[1].decode() for info in infos]
+        self.joint_ids = [names.index(n) for n in robot.joint_names]
+        # every link by name, as (link index + 1): column 0 is the base (link -1)
+        columns = [p.getBodyInfo(first, physicsClientId=c)[0].decode()] + [info[12].decode() for info in infos]
+        # contact flags of one world, as (robot, link index + 1)
+        self._contact_hits = np.zeros((num_robots, len(columns)), dtype=bool)
+        self._foot_columns = [columns.index(n) for n in robot.foot_links]
+        self._leg_columns = [columns.index(n) for n in robot.contact_links]
         self._row_of_body = np.full(max(self._robots) + 1, -1, dtype=np.int64)
         self._row_of_body[self._robots] = np.arange(num_robots)
         self._fresh = np.zeros(num_robots, dtype=bool)  # reset since the last physics step
-        #: Torque limit of each joint in N·m, from the URDF ``<limit effort=...>``.
-        self.torque_limits = np.array(
-            [p.getJointInfo(self._robots[0], j, physicsClientId=c)[10] for j in self.joint_ids]
+        #: Torque limit of each joint in N·m: the description's, or the URDF ``<limit effort=...>``.
+        self.torque_limits = (
+            np.array([infos[j][10] for j in self.joint_ids])
+            if robot.torque_limits is None
+            else np.array(robot.torque_limits)
         )
         #: Links of a robot: -1 (the trunk) and every joint's child link.
-        self._links = list(range(-1, p.getNumJoints(self._robots[0], physicsClientId=c)))
-        base = p.getDynamicsInfo(self._robots[0], -1, physicsClientId=c)
+        self._links = list(range(-1, len(infos)))
+        base = p.getDynamicsInfo(first, -1, physicsClientId=c)
         #: Trunk mass in kg, as loaded.
         self.nominal_trunk_mass = base[0]
         #: Lateral friction coefficient of the robot links as loaded.
@@ -224,12 +260,44 @@ class ClusterWorld:
         self._trunk_mass = np.full(num_robots, self.nominal_trunk_mass)
         self._com_offset = np.zeros((num_robots, 3))
         self._offset_robots = np.zeros(0, dtype=np.int64)  # robots with a non-zero centre-of-mass offset
-        for robot in self._robots:
+        for body in self._robots:
             # pybullet's default velocity motors would fight the torques we apply.
             p.setJointMotorControlArray(
-                robot, self.joint_ids, p.VELOCITY_CONTROL, forces=[0.0] * a1.NUM_JOINTS, physicsClientId=c
+                body, self.joint_ids, p.VELOCITY_CONTROL, forces=[0.0] * robot.num_joints, physicsClientId=c
             )
-        self._closed = False
+
+    def _check_names(self, robot: RobotDescription, body: int) -> None:
+        """Raise ValueError for a joint or link name of ``robot`` that the loaded URDF (``body``) does not have."""
+        c = self._client
+        infos = [p.getJointInfo(body, j, physicsClientId=c) for j in range(p.getNumJoints(body, physicsClientId=c))]
+        actuated = [info[1].decode() for info in infos if info[2] in (p.JOINT_REVOLUTE, p.JOINT_PRISMATIC)]
+        base = p.getBodyInfo(body, physicsClientId=c)[0].decode()
+        links = [base] + [info[12].decode() for info in infos]
+        where = f"robot {robot.name!r}: the URDF {robot.urdf_path}"
+        unknown = [n for n in robot.joint_names if n not in actuated]
+        if unknown:
+            raise ValueError(
+                f"{where} has no actuated (revolute or prismatic) joint(s) {unknown} of joint_names; its actuated "
+                f"joints are {actuated}"
+            )
+        for field_name in ("foot_links", "contact_links"):
+            unknown = [n for n in getattr(robot, field_name) if n not in links]
+            if unknown:
+                raise ValueError(f"{where} has no link(s) {unknown} of {field_name}; its links are {links}")
+        if robot.end_effector_link is not None and robot.end_effector_link not in links:
+            raise ValueError(
+                f"{where} has no link {robot.end_effector_link!r} (end_effector_link); its links are {links}"
+            )
+        if robot.base_link is not None and robot.base_link != base:
+            raise ValueError(f"{where} has root link {base!r}, not base_link {robot.base_link!r}")
+        if robot.torque_limits is None:
+            names = [info[1].decode() for info in infos]
+            unlimited = [n for n in robot.joint_names if infos[names.index(n)][10] <= 0.0]
+            if unlimited:
+                raise ValueError(
+                    f"{where} gives joint(s) {unlimited} no effort limit (<limit effort> 0 or absent) and "
+                    "torque_limits is None: set torque_limits (N·m per joint) in the RobotDescription"
+                )
 
     def reset_robots(self, idx: np.ndarray, lanes: np.ndarray, joint_pos: np.ndarray) -> None:
         """Put robots ``idx`` upright and at rest at the start of lanes ``lanes``.
@@ -242,7 +310,7 @@ class ClusterWorld:
         c = self._client
         for row, i in enumerate(idx):
             robot = self._robots[i]
-            base = [0.0, _lane_y(int(lanes[row])), a1.SPAWN_HEIGHT]
+            base = [0.0, _lane_y(int(lanes[row])), self._spawn_height]
             p.resetBasePositionAndOrientation(robot, base, [0.0, 0.0, 0.0, 1.0], physicsClientId=c)
             p.resetBaseVelocity(robot, [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], physicsClientId=c)
             for k, j in enumerate(self.joint_ids):
@@ -329,7 +397,7 @@ class ClusterWorld:
     def read_state(self) -> None:
         """Refresh every state array from the physics world.
 
-        The contact flags (trunk, feet, thighs and calves) come from one ``getContactPoints`` call for
+        The contact flags (base, feet, contact links) come from one ``getContactPoints`` call for
         the whole world (every robot-ground contact of the last physics step), not one call per robot.
         """
         c = self._client
@@ -378,6 +446,6 @@ class ClusterWorld:
 
     def close(self) -> None:
         """Disconnect the physics client. Idempotent."""
-        if not self._closed:
+        if not getattr(self, "_closed", True):
             self._closed = True
             p.disconnect(physicsClientId=self._client)

@@ -1,7 +1,10 @@
-"""Velocity-tracking locomotion task for a quadruped: pure, batched numpy functions.
+"""Velocity-tracking locomotion task for a quadruped: pure, batched numpy functions, its configuration
+(:class:`QuadrupedConfig`) and :class:`QuadrupedTask`.
 
 Nothing here touches physics: every function maps state arrays of N robots to
 observations, reward terms or termination flags, so it can be tested on hand-made states.
+:class:`QuadrupedTask` puts them on the task seam (:class:`~unilab_gym.tasks.base.Task`) for
+any 12-joint, 4-foot robot (:mod:`unilab_gym.robots`).
 
 Reward terms follow legged_gym (Rudin et al. 2022, "Learning to Walk in Minutes Using
 Massively Parallel Deep Reinforcement Learning", ``legged_robot.py``): each term is
@@ -10,15 +13,22 @@ multiplied by its weight and by the control period ``dt`` (s), so weights are pe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from unilab_gym.randomization import DomainRandomization
+from unilab_gym.robots import RobotDescription, get_robot, robot_to_json
 from unilab_gym.sim import a1
 from unilab_gym.sim.rotation import quat_rotate_inverse, roll_pitch
-from unilab_gym.validation import check_real
+from unilab_gym.tasks.base import Task
+from unilab_gym.validation import check_positive, check_positive_int, check_real
+
+if TYPE_CHECKING:
+    from unilab_gym.sim.world import RobotState
 
 #: Observation layout: name -> (start, stop) column range, with units.
 OBS_LAYOUT: dict[str, tuple[int, int]] = {
@@ -349,3 +359,267 @@ def fall_conditions(
     out[:, 1] = (np.abs(roll) > cfg.max_tilt) | (np.abs(pitch) > cfg.max_tilt)
     out[:, 2] = trunk_contact if cfg.trunk_contact else False
     return out
+
+
+@dataclass(frozen=True)
+class QuadrupedConfig:
+    """The task configuration of ``UniLab/Quadruped-v0``, validated once when made.
+
+    Each field also accepts the JSON form :meth:`to_dict` writes (a name or a dict for ``robot``, lists for tuples,
+    dicts for ``reward_weights``, ``termination`` and ``domain_randomization``) and a single number for
+    ``kp`` / ``kd``; :meth:`__post_init__` converts it to the stored type, so
+    ``QuadrupedConfig(**config.to_dict()) == config``. ``kp``, ``kd``, ``action_scale`` and ``base_height_target``
+    default to ``None``: the robot's values (:class:`~unilab_gym.robots.RobotDescription`), stored resolved.
+
+    Raises:
+        ValueError: an invalid value, naming the field (or the key inside it) and the value.
+    """
+
+    robot: RobotDescription = "a1"  # type: ignore[assignment]  # converted by __post_init__
+    """The robot: a shipped robot's name (``"a1"``, ``"aliengo"``, ``"laikago"``, ``"mini_cheetah"``,
+    :data:`unilab_gym.robots.ROBOTS`) or a :class:`~unilab_gym.robots.RobotDescription` (or its ``to_dict()``); it must
+    have 12 joints and 4 feet. ``to_dict()`` writes the name of a shipped robot, else the description's dict."""
+    max_episode_steps: int = 1000
+    """Control steps before ``truncated`` (1000 = 20 s at the default 50 Hz), >= 1."""
+    dt: float = 0.005
+    """Physics time step in s, > 0."""
+    substeps: int = 4
+    """Physics steps per control step (decimation), >= 1: the control period is ``dt * substeps`` (20 ms)."""
+    kp: tuple[float, ...] = None  # type: ignore[assignment]  # None: the robot's
+    """PD stiffness in N·m/rad per joint (12 values >= 0, or one for all); ``None``: the robot's (A1: 20)."""
+    kd: tuple[float, ...] = None  # type: ignore[assignment]  # None: the robot's
+    """PD damping in N·m·s/rad per joint (12 values >= 0, or one for all); ``None``: the robot's (A1: 0.5)."""
+    action_scale: float = None  # type: ignore[assignment]  # None: the robot's
+    """Joint target offset in rad per unit of action, > 0; ``None``: the robot's (A1: 0.25, legged_gym)."""
+    solver_iterations: int = 10
+    """pybullet ``numSolverIterations``, >= 1."""
+    lin_vel_x_range: tuple[float, float] = (0.3, 1.0)
+    """(low, high) of the forward velocity command in m/s, drawn uniformly per episode."""
+    lin_vel_y_range: tuple[float, float] = (0.0, 0.0)
+    """(low, high) of the sideways velocity command in m/s."""
+    yaw_rate_range: tuple[float, float] = (0.0, 0.0)
+    """(low, high) of the yaw rate command in rad/s."""
+    reward_weights: RewardWeights = field(default_factory=RewardWeights)
+    """Weights of the reward terms (a dict overrides the defaults of :class:`RewardWeights`)."""
+    base_height_target: float = None  # type: ignore[assignment]  # None: the robot's standing height
+    """Base height in m the ``base_height`` reward term pulls toward, > 0; ``None``: the robot's ``standing_height``
+    (A1: 0.27 m, its nominal standing height, 0.269 m measured by ``evaluate_gait``; legged_gym's A1
+    ``base_height_target`` is 0.25)."""
+    feet_air_time_target: float = 0.25
+    """Air time in s over which a touchdown makes ``feet_air_time`` positive, >= 0 (legged_gym 0.5; with 0.5 every
+    step of the A1's short strides costs reward and dragging a foot pays best, see ``docs/env.md``)."""
+    feet_air_time_max: float = 1000.0
+    """Air time in s at which a touchdown's ``feet_air_time`` stops growing, > 0. The default (longer than any
+    episode) is no cap, as in legged_gym; a cap of a stride's swing (e.g. 0.3 s) stops the term from paying for a
+    foot held up, which with ``action_scale`` 0.5 stock PPO learned (a three-legged limp, ``docs/env.md``)."""
+    termination: TerminationConfig = field(default_factory=TerminationConfig)
+    """When a robot has fallen (a dict overrides the defaults of :class:`TerminationConfig`)."""
+    init_joint_noise: float = 0.05
+    """Half-width in rad (>= 0) of the uniform noise added to the nominal joint angles at reset."""
+    domain_randomization: DomainRandomization = field(default_factory=DomainRandomization)
+    """Physics parameter ranges (``None`` or a dict: see :class:`~unilab_gym.randomization.DomainRandomization`)."""
+
+    def __post_init__(self) -> None:
+        """Validate every field and convert it to its stored type (see the class docstring)."""
+        robot = get_robot(self.robot)
+        n = robot.num_joints
+        if n != 12 or len(robot.foot_links) != 4:
+            raise ValueError(
+                f"robot {robot.name!r}: the Quadruped task needs 12 joint_names and 4 foot_links, got "
+                f"{n} joints and {len(robot.foot_links)} feet"
+            )
+        converted = {
+            "robot": robot,
+            "max_episode_steps": check_positive_int("max_episode_steps", self.max_episode_steps),
+            "dt": check_positive("dt", self.dt),
+            "substeps": check_positive_int("substeps", self.substeps),
+            "kp": robot.kp if self.kp is None else _joint_gains("kp", self.kp, n),
+            "kd": robot.kd if self.kd is None else _joint_gains("kd", self.kd, n),
+            "action_scale": (
+                robot.action_scale if self.action_scale is None else check_positive("action_scale", self.action_scale)
+            ),
+            "solver_iterations": check_positive_int("solver_iterations", self.solver_iterations),
+            "lin_vel_x_range": _range("lin_vel_x_range", self.lin_vel_x_range),
+            "lin_vel_y_range": _range("lin_vel_y_range", self.lin_vel_y_range),
+            "yaw_rate_range": _range("yaw_rate_range", self.yaw_rate_range),
+            "reward_weights": _overrides("reward_weights", RewardWeights, self.reward_weights),
+            "base_height_target": (
+                robot.standing_height
+                if self.base_height_target is None
+                else check_positive("base_height_target", self.base_height_target)
+            ),
+            "feet_air_time_target": check_real("feet_air_time_target", self.feet_air_time_target, minimum=0.0),
+            "feet_air_time_max": check_positive("feet_air_time_max", self.feet_air_time_max),
+            "termination": _overrides("termination", TerminationConfig, self.termination),
+            "init_joint_noise": check_real("init_joint_noise", self.init_joint_noise, minimum=0.0),
+            "domain_randomization": (
+                self.domain_randomization
+                if isinstance(self.domain_randomization, DomainRandomization)
+                else DomainRandomization(self.domain_randomization)
+            ),
+        }
+        for name, value in converted.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def control_dt(self) -> float:
+        """The control period in s: ``dt * substeps``."""
+        return self.dt * self.substeps
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as JSON types (lists, dicts, numbers, bools), in field order.
+
+        ``UniLabVectorEnv(n, **config.to_dict())`` makes envs with this configuration; it is the
+        envs' ``task_config`` and the ``"env"`` of a parameter-trace header.
+        """
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+
+class QuadrupedTask(Task):
+    """``UniLab/Quadruped-v0``'s task on the seam: velocity tracking on flat ground for a 12-joint, 4-foot robot.
+
+    The functions of this module, batched over the N envs: :func:`observation` (:data:`OBS_LAYOUT`),
+    :func:`critic_observation` (:data:`CRITIC_OBS_LAYOUT`), :func:`feet_air_time`, :func:`reward_terms`
+    (:class:`RewardWeights`) and :func:`fall_conditions` (:class:`TerminationConfig`). Each episode draws its
+    command uniformly from the configured ranges and its initial pose as the nominal pose plus uniform noise of
+    half-width ``init_joint_noise``, in that order, from the episode's stream.
+
+    Args:
+        num_envs: N.
+        config: a :class:`~unilab_gym.tasks.config.QuadrupedConfig`; its robot must have 12 joints (3 per leg, legs
+            FR, FL, RR, RL) and 4 feet.
+
+    Raises:
+        ValueError: a robot without 12 joints or 4 feet, naming the field.
+    """
+
+    obs_dim = OBS_DIM
+    critic_obs_dim = CRITIC_OBS_DIM
+    obs_layout = OBS_LAYOUT
+    critic_obs_layout = CRITIC_OBS_LAYOUT
+    command_dim = 3
+    termination_names = ("height", "tilt", "trunk_contact")
+    config: QuadrupedConfig
+
+    def __init__(self, num_envs: int, config: QuadrupedConfig):
+        robot = config.robot
+        if robot.num_joints != ACT_DIM:
+            raise ValueError(
+                f"robot {robot.name!r}: joint_names: the Quadruped task needs {ACT_DIM} actuated joints (hip, thigh "
+                f"and calf of the FR, FL, RR and RL legs), got {robot.num_joints}"
+            )
+        if len(robot.foot_links) != 4:
+            raise ValueError(
+                f"robot {robot.name!r}: foot_links: the Quadruped task needs 4 feet (FR, FL, RR, RL), got "
+                f"{list(robot.foot_links)}"
+            )
+        super().__init__(num_envs, config)
+        self._command_low = np.array([config.lin_vel_x_range[0], config.lin_vel_y_range[0], config.yaw_rate_range[0]])
+        self._command_high = np.array([config.lin_vel_x_range[1], config.lin_vel_y_range[1], config.yaw_rate_range[1]])
+        #: (N, 4) float64: each foot's time in the air in s (0 while in contact).
+        self.feet_air_time = np.zeros((num_envs, len(robot.foot_links)))
+        self._lin_b = self._ang_b = self._gravity = np.zeros((num_envs, 3))
+
+    @classmethod
+    def config_type(cls) -> type:
+        """:class:`QuadrupedConfig`."""
+        return QuadrupedConfig
+
+    def sample_episode(self, env: int, rng: np.random.Generator) -> np.ndarray:
+        """Command ``U(low, high)`` (3 draws), then the nominal pose plus ``U(-noise, noise)`` (12 draws)."""
+        self.command[env] = rng.uniform(self._command_low, self._command_high)
+        noise = self.config.init_joint_noise
+        return self.nominal_joint_pos[env] + rng.uniform(-noise, noise, ACT_DIM)
+
+    def start_episodes(self, idx: np.ndarray) -> None:
+        """Feet air times back to 0."""
+        self.feet_air_time[idx] = 0.0
+
+    def observe(self, state: RobotState, last_action: np.ndarray, out: np.ndarray) -> None:
+        """:func:`observation`; keeps the base-frame velocities and projected gravity for :meth:`evaluate`."""
+        self._lin_b, self._ang_b, self._gravity = observation(
+            state.base_quat,
+            state.lin_vel,
+            state.ang_vel,
+            self.command,
+            state.joint_pos,
+            self.nominal_joint_pos,
+            state.joint_vel,
+            last_action,
+            out=out,
+        )
+
+    def critic_observe(self, state: RobotState, obs: np.ndarray, parameters: np.ndarray, out: np.ndarray) -> None:
+        """:func:`critic_observation` with the base height, foot contacts and feet air times."""
+        critic_observation(obs, parameters, state.base_pos[:, 2], state.foot_contact, self.feet_air_time, out=out)
+
+    def evaluate(
+        self, state: RobotState, action: np.ndarray, previous_action: np.ndarray, restarting: np.ndarray
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Feet air times advance one step (cleared for ``restarting`` envs), then :func:`reward_terms` and
+        :func:`fall_conditions` (columns :attr:`termination_names`)."""
+        config = self.config
+        dt = config.control_dt
+        self.feet_air_time, touchdown = feet_air_time(self.feet_air_time, state.foot_contact, dt)
+        self.feet_air_time[restarting] = 0.0
+        terms = reward_terms(
+            self._lin_b,
+            self._ang_b,
+            self.command,
+            state.torques,
+            action,
+            previous_action,
+            config.reward_weights,
+            dt,
+            projected_gravity=self._gravity,
+            base_height=state.base_pos[:, 2],
+            touchdown_air_time=touchdown,
+            leg_contact=state.leg_contact,
+            base_height_target=config.base_height_target,
+            feet_air_time_target=config.feet_air_time_target,
+            feet_air_time_max=config.feet_air_time_max,
+        )
+        conditions = fall_conditions(state.base_pos[:, 2], state.base_quat, state.trunk_contact, config.termination)
+        return terms, conditions
+
+
+def _joint_gains(name: str, value: Any, n: int) -> tuple[float, ...]:
+    """One gain per joint: a number for all of them or a sequence of ``n``, each a finite float >= 0."""
+    if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes)):
+        values = list(value)
+    else:
+        values = [value] * n
+    if len(values) != n:
+        raise ValueError(f"{name} must be a number >= 0 or {n} of them, got {value!r}")
+    return tuple(check_real(name, v, minimum=0.0) for v in values)
+
+
+def _range(name: str, value: Any) -> tuple[float, float]:
+    """A (low, high) pair of finite floats with low <= high."""
+    if not isinstance(value, (Sequence, np.ndarray)) or isinstance(value, (str, bytes)) or len(value) != 2:
+        raise ValueError(f"{name} must be a (low, high) pair of numbers, got {value!r}")
+    lo, hi = check_real(name, value[0]), check_real(name, value[1])
+    if lo > hi:
+        raise ValueError(f"{name} must satisfy low <= high, got {value!r}")
+    return lo, hi
+
+
+def _overrides(name: str, cls: Any, value: Any) -> Any:
+    """``value`` if it is a ``cls``, else ``cls.from_dict(value)`` (a mapping of overrides or ``None``)."""
+    if isinstance(value, cls):
+        return value
+    if value is not None and not isinstance(value, Mapping):
+        raise ValueError(f"{name} must be a {cls.__name__}, a dict of its fields or None, got {value!r}")
+    return cls.from_dict(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, RobotDescription):
+        return robot_to_json(value)
+    if isinstance(value, DomainRandomization):
+        return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
