@@ -330,3 +330,15 @@ def test_play_shows_a_progress_bar_of_the_recorded_steps(tmp_path, capsys, progr
     err = capsys.readouterr().err
     assert out.exists()
     assert ("play: 100%" in err and "3/3" in err) is progress, err
+
+
+def test_export_shows_a_progress_bar_of_its_stages(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    from unilab_gym.cli import export
+
+    model = EXAMPLES / "pretrained" / "ppo_quadruped.zip"
+    header = tmp_path / "policy.h"
+    export.main([str(model), "--out", str(tmp_path / "policy.onnx"), "--c-header", str(header)])
+    captured = capsys.readouterr()
+    assert "export: 100%" in captured.err and "5/5" in captured.err, captured.err
+    assert "parity max |diff|" in captured.out and header.exists()  # the figures still go to stdout

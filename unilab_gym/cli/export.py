@@ -10,16 +10,23 @@ values, with the ``"policy"`` statistics of a ``VecNormalize`` over the ``Dict``
 as ``unilab-gym play`` does: ``--vecnormalize PATH``, or ``--sibling-vecnormalize`` for
 ``<model>_vecnormalize.pkl`` (both the model and the statistics are pickles: load only files you
 trust). With ``--distill``, the ONNX file and the header hold the student; the teacher's figures
-are printed next to it. Needs the export extra: ``pip install 'unilab-gym[export]'``.
+are printed next to it. A tqdm bar on stderr counts the stages (load the model, collect the parity
+observations, export and check, or distil, measure the latency, write the header) and names the
+one running: a plain export takes about half a minute on 2 cores, a distillation minutes;
+``--no-progress`` turns it off. Needs the export extra: ``pip install 'unilab-gym[export]'``.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
+from unilab_gym.cli import HelpFormatter
 from unilab_gym.cli.play import ALGOS, algo_of, vecnormalize_to_load
 from unilab_gym.export import PolicyNet, distill, export_c_header, export_onnx, policy_net, weight_bytes
 from unilab_gym.export.policy import load_vecnormalize
@@ -31,6 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="unilab-gym export",
         description="Export a saved SB3 model to ONNX with a parity check; optionally distil it and write a C header.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("model", type=Path, help="a model .zip saved by SB3 (SAC, TD3, DDPG, PPO, A2C)")
     parser.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
@@ -43,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--distill-steps", type=int, default=250, help="vector-env steps per DAgger round")
     parser.add_argument("--dagger-rounds", type=int, default=4, help="rounds with the student driving")
     parser.add_argument("--algo", choices=sorted(ALGOS), default=None, help="default: read from the file")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser.parse_args(argv)
 
 
@@ -59,33 +68,60 @@ def main(argv: list[str] | None = None) -> Path:
         stats = load_vecnormalize(vecnormalize_to_load(args.model, args.vecnormalize, args.sibling_vecnormalize))
     except ValueError as error:
         raise SystemExit(str(error)) from None
-    model = (ALGOS[args.algo] if args.algo else algo_of(args.model)).load(args.model, device="cpu")
-    try:
-        teacher = policy_net(model, stats)
-    except ValueError as error:  # e.g. statistics of another observation than the model's
-        raise SystemExit(f"{args.model}: {error}") from None
-    obs = env_observations()
-    if args.distill is None:
-        export_onnx(model, args.out, vecnormalize=stats)
-        net, name = teacher, "policy"
-    else:
-        result = distill(
-            model, hidden=args.distill, vecnormalize=stats, steps=args.distill_steps, dagger_rounds=args.dagger_rounds
-        )
-        result.export_onnx(args.out)
-        net, name = result.student, "student"
-        m = result.metrics
-        print(
-            f"distilled: return {m['student_return']:.2f} vs teacher {m['teacher_return']:.2f} "
-            f"(ratio {m['return_ratio']:.3f}), held-out action MSE {m['action_mse']:.3g}"
-        )
-        _print_net("teacher", teacher, None, obs)
-    _print_net(name, net, args.out, obs)
-    if args.c_header is not None:
-        export_c_header(net, args.c_header)
-        size = args.c_header.stat().st_size
-        print(f"wrote {args.c_header}: {weight_bytes(net)} bytes of constants, {size} bytes of text")
+    stages = 4 + (args.c_header is not None)
+    with _stages(stages, disable=args.no_progress) as stage:
+        with stage("load the model"):
+            model = (ALGOS[args.algo] if args.algo else algo_of(args.model)).load(args.model, device="cpu")
+            try:
+                teacher = policy_net(model, stats)
+            except ValueError as error:  # e.g. statistics of another observation than the model's
+                raise SystemExit(f"{args.model}: {error}") from None
+        with stage("collect env observations"):
+            obs = env_observations()
+        if args.distill is None:
+            with stage("export and check parity"):
+                export_onnx(model, args.out, vecnormalize=stats)
+                net, name = teacher, "policy"
+        else:
+            with stage(f"distil ({args.dagger_rounds} DAgger rounds) and export"):
+                result = distill(
+                    model,
+                    hidden=args.distill,
+                    vecnormalize=stats,
+                    steps=args.distill_steps,
+                    dagger_rounds=args.dagger_rounds,
+                )
+                result.export_onnx(args.out)
+                net, name = result.student, "student"
+            m = result.metrics
+            tqdm.write(
+                f"distilled: return {m['student_return']:.2f} vs teacher {m['teacher_return']:.2f} "
+                f"(ratio {m['return_ratio']:.3f}), held-out action MSE {m['action_mse']:.3g}"
+            )
+        with stage("measure the latency"):
+            if args.distill is not None:
+                _print_net("teacher", teacher, None, obs)
+            _print_net(name, net, args.out, obs)
+        if args.c_header is not None:
+            with stage("write the C header"):
+                export_c_header(net, args.c_header)
+                size = args.c_header.stat().st_size
+            tqdm.write(f"wrote {args.c_header}: {weight_bytes(net)} bytes of constants, {size} bytes of text")
     return args.out
+
+
+@contextmanager
+def _stages(total: int, disable: bool) -> Iterator[Callable[[str], AbstractContextManager[None]]]:
+    """A tqdm bar of ``total`` stages: ``with stage(name): ...`` names the stage running, then counts it."""
+    with tqdm(total=total, desc="export", unit="stage", disable=disable) as bar:
+
+        @contextmanager
+        def stage(name: str) -> Iterator[None]:
+            bar.set_postfix_str(name)
+            yield
+            bar.update()
+
+        yield stage
 
 
 def _print_net(name: str, net: PolicyNet, path: Path | None, obs: np.ndarray) -> None:
@@ -96,7 +132,7 @@ def _print_net(name: str, net: PolicyNet, path: Path | None, obs: np.ndarray) ->
         diff, n = float(meta["parity_max_abs_diff"]), meta["parity_observations"]
         line += f"; wrote {path}, parity max |diff| {diff:.3g} on {n} env observations"
     p50, p99 = onnx_latency_us(onnx_bytes(net), obs)
-    print(f"{line}; onnxruntime batch-1 latency p50 {p50:.1f} µs, p99 {p99:.1f} µs")
+    tqdm.write(f"{line}; onnxruntime batch-1 latency p50 {p50:.1f} µs, p99 {p99:.1f} µs")
 
 
 def _widths(text: str) -> tuple[int, ...]:
