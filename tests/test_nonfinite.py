@@ -119,3 +119,42 @@ def test_ppo_inf_reward_is_a_collector_error_naming_env_and_step(tmp_path, one_t
     # the learner took at least one whole rollout (8 steps of 4 envs) before it, without the inf
     assert model.num_timesteps >= 8 * 4
     assert np.isfinite(model.rollout_buffer.rewards).all() and np.isfinite(model.rollout_buffer.returns).all()
+
+
+def test_ray_collectors_refuse_a_nan_observation_the_same_way(tmp_path, one_torch_thread):
+    """The check lives in the Collector that both backends build (a Ray actor's StagedCollector is one)."""
+    ray = pytest.importorskip("ray")
+    claim = tmp_path / "claim"
+    env_fn = functools.partial(_runner_envs.tiny, claim_path=str(claim), fault="nan_obs", fault_at=30, fault_env=1)
+    model = SAC(
+        "MlpPolicy",
+        DummyVecEnv([_runner_envs.TinyEnv]),
+        replay_buffer_class=SharedReplayBuffer,
+        learning_starts=20,
+        batch_size=16,
+        buffer_size=2_000,
+        policy_kwargs=net(),
+        seed=0,
+    )
+    # a local instance of our own; its workers import _runner_envs from tests/
+    ray.init(
+        address="local",
+        num_cpus=1,
+        include_dashboard=False,
+        object_store_memory=80 << 20,
+        configure_logging=False,
+        runtime_env={"env_vars": {"PYTHONPATH": os.path.dirname(os.path.abspath(__file__))}},
+    )
+    try:
+        runner = AsyncRunner(model, env_fn=env_fn, num_collectors=1, envs_per_collector=2, backend="ray")
+        with pytest.raises(CollectorError) as info:
+            runner.learn(10**6)
+        assert runner.closed and info.value.collector == 0
+        assert "collector 0: env 1 returned a non-finite observation (observation[2] = nan) at step 30;" in str(
+            info.value
+        )
+        bad, written = nonfinite_rows(model.replay_buffer)
+        assert bad == 0, f"{bad} of {written} replay rows hold a NaN / inf"
+    finally:
+        ray.shutdown()
+        model.replay_buffer.close()
