@@ -9,8 +9,14 @@ A record (a dict of JSON types)::
      "parameters": {"friction": 0.5, "added_mass": 0.0, ..., "latency": 0, ...},  # see unilab_gym.randomization
      "return": -0.42,               # sum of the episode's rewards (float64)
      "length": 57,                  # control steps
-     "termination": "fall",         # "fall" or "time_limit"
+     "termination": "fall",         # "fall" (terminated) or "time_limit" (truncated)
      "fall_conditions": ["tilt"]}   # for a fall, which of "height", "tilt", "trunk_contact" held
+
+Other tasks use the same record with their own widths and names (``ParameterTrace(command_dim=,
+condition_names=, parameter_names=)``, from the task's ``command_dim``, ``termination_names`` and
+``episode_parameter_names``): ``"command"`` is the task's command or target, ``"parameters"`` holds the
+physics parameters and then the task's episode parameters (e.g. an object's size), and ``"fall_conditions"``
+lists which of the task's termination conditions held.
 
 Only finished episodes (terminated or truncated) are recorded; an episode cut short by
 ``reset()`` is not. Memory is bounded: a :class:`ParameterTrace` keeps the last ``max_records``
@@ -52,21 +58,34 @@ FALL_CONDITIONS: tuple[str, ...] = ("height", "tilt", "trunk_contact")
 #: object, which :meth:`ParameterTrace.records` turns into dicts in 0.1-0.4 s (measured on a busy 2-core machine).
 DEFAULT_TRACE_MAX_RECORDS = 10_000
 
-#: The in-memory row of one record: a numpy structured dtype (see :meth:`ParameterTrace.append`).
-RECORD_DTYPE = np.dtype(
-    [
-        ("env", np.int64),
-        ("episode", np.int64),
-        ("episode_seed", np.int64),
-        ("command", np.float64, (3,)),
-        ("parameters", np.float64, (len(PARAMETER_NAMES),)),
-        ("returns", np.float64),
-        ("lengths", np.int64),
-        ("terminated", np.bool_),
-        ("conditions", np.bool_, (len(FALL_CONDITIONS),)),
-    ]
-)
-#: Bytes of memory per kept record (156 with the 11 parameters).
+
+def record_dtype(command_dim: int = 3, num_parameters: int = len(PARAMETER_NAMES), num_conditions: int = 3) -> np.dtype:
+    """The in-memory row of one record: a numpy structured dtype (see :meth:`ParameterTrace.append`).
+
+    Args:
+        command_dim: the task's command width (``Task.command_dim``; 3 for the quadrupeds).
+        num_parameters: physics parameters (:data:`~unilab_gym.randomization.PARAMETER_NAMES`) plus the task's
+            episode parameters (``Task.episode_parameter_names``).
+        num_conditions: the task's termination conditions (``Task.termination_names``).
+    """
+    return np.dtype(
+        [
+            ("env", np.int64),
+            ("episode", np.int64),
+            ("episode_seed", np.int64),
+            ("command", np.float64, (command_dim,)),
+            ("parameters", np.float64, (num_parameters,)),
+            ("returns", np.float64),
+            ("lengths", np.int64),
+            ("terminated", np.bool_),
+            ("conditions", np.bool_, (num_conditions,)),
+        ]
+    )
+
+
+#: The record row of the quadruped tasks (a 3-float command, the physics parameters, :data:`FALL_CONDITIONS`).
+RECORD_DTYPE = record_dtype(3, len(PARAMETER_NAMES), len(FALL_CONDITIONS))
+#: Bytes of memory per kept record of the quadruped tasks (156 with the 11 parameters).
 RECORD_BYTES = RECORD_DTYPE.itemsize
 
 _PACKAGES = ("unilab-gym", "pybullet", "numpy", "gymnasium")
@@ -97,6 +116,11 @@ class ParameterTrace:
             per record as episodes finish (flushed at each step that finished some), and is closed by
             :meth:`close`. It is locked (``flock``) while open, so two envs cannot write the same file.
         env_config: the env's ``task_config``, for the header line.
+        command_dim: the width of each record's ``"command"`` (the task's ``command_dim``).
+        condition_names: the task's termination conditions, the names a record's ``"fall_conditions"`` lists
+            (default :data:`FALL_CONDITIONS`, the quadrupeds').
+        parameter_names: the names of each record's ``"parameters"``, in column order: the physics parameters
+            (:data:`~unilab_gym.randomization.PARAMETER_NAMES`) and then the task's episode parameters.
 
     Raises:
         ValueError: ``max_records`` is not an int >= 0 (named ``trace_max_records``), or ``path`` is not a
@@ -109,10 +133,17 @@ class ParameterTrace:
         max_records: int = DEFAULT_TRACE_MAX_RECORDS,
         path: str | os.PathLike[str] | None = None,
         env_config: dict[str, Any] | None = None,
+        *,
+        command_dim: int = 3,
+        condition_names: tuple[str, ...] = FALL_CONDITIONS,
+        parameter_names: tuple[str, ...] = PARAMETER_NAMES,
     ) -> None:
         self.max_records = check_int("trace_max_records", max_records, minimum=0)
         self.path = None if path is None else _check_path(path)
-        self._rows = np.zeros(0, dtype=RECORD_DTYPE)
+        self.condition_names = tuple(condition_names)
+        self.parameter_names = tuple(parameter_names)
+        self.dtype = record_dtype(command_dim, len(self.parameter_names), len(self.condition_names))
+        self._rows = np.zeros(0, dtype=self.dtype)
         self._start = 0  # ring index of the oldest kept record
         self._count = 0  # records kept
         self._file: IO[str] | None = None
@@ -147,14 +178,14 @@ class ParameterTrace:
             env: (k,) ints, the env indices.
             episode: (k,) ints, each env's episode index.
             episode_seed: (k,) ints.
-            command: (k, 3) floats.
-            parameters: (k, P) floats in :data:`~unilab_gym.randomization.PARAMETER_NAMES` order.
+            command: (k, C) floats.
+            parameters: (k, P) floats in ``parameter_names`` order.
             returns: (k,) float64.
             lengths: (k,) ints, control steps.
             terminated: (k,) bool (False: truncated by the time limit).
-            conditions: (k, 3) bool, columns :data:`FALL_CONDITIONS`.
+            conditions: (k, len(condition_names)) bool, columns ``condition_names``.
         """
-        new = np.zeros(len(env), dtype=RECORD_DTYPE)
+        new = np.zeros(len(env), dtype=self.dtype)
         for name, value in (
             ("env", env),
             ("episode", episode),
@@ -168,14 +199,14 @@ class ParameterTrace:
         ):
             new[name] = value
         if self._file is not None:
-            self._file.write("".join(json.dumps({"type": "episode", **r}) + "\n" for r in _to_dicts(new)))
+            self._file.write("".join(json.dumps({"type": "episode", **r}) + "\n" for r in self._to_dicts(new)))
             self._file.flush()
         self._keep(new)
 
     def records(self) -> list[dict[str, Any]]:
         """The kept records (the last ``max_records``; see the module docstring), oldest first, in the order the
         episodes finished (by env index within a step)."""
-        return _to_dicts(self._ordered())
+        return self._to_dicts(self._ordered())
 
     def close(self) -> None:
         """Close (and unlock) the ``path`` file, if any; the records in memory stay readable. Idempotent."""
@@ -197,7 +228,7 @@ class ParameterTrace:
             return
         if self._count + k > len(self._rows) and len(self._rows) < limit:  # grow (doubling) up to the limit
             capacity = min(limit, max(_FIRST_CAPACITY, 2 * len(self._rows), self._count + k))
-            grown = np.zeros(capacity, dtype=RECORD_DTYPE)
+            grown = np.zeros(capacity, dtype=self.dtype)
             grown[: self._count] = self._ordered()
             self._rows, self._start = grown, 0
         capacity = len(self._rows)
@@ -207,16 +238,22 @@ class ParameterTrace:
             self._start = (self._start + self._count - capacity) % capacity
             self._count = capacity
 
+    def _to_dicts(self, rows: np.ndarray) -> list[dict[str, Any]]:
+        """Records (dicts of JSON types) of ``rows``, converted column by column (``tolist``)."""
+        return _to_dicts(rows, self.parameter_names, self.condition_names)
 
-def _to_dicts(rows: np.ndarray) -> list[dict[str, Any]]:
-    """Records (dicts of JSON types) of RECORD_DTYPE ``rows``, converted column by column (``tolist``)."""
+
+def _to_dicts(
+    rows: np.ndarray, parameter_names: tuple[str, ...], condition_names: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """Records (dicts of JSON types) of :func:`record_dtype` ``rows``, converted column by column (``tolist``)."""
     columns = [
         rows[name].tolist()
         for name in ("env", "episode", "episode_seed", "command", "parameters", "returns", "lengths", "terminated")
     ]
     conditions = rows["conditions"].tolist()
-    integer = [name for name in PARAMETER_NAMES if PARAMETERS[name].integer]
-    dicts = [dict(zip(PARAMETER_NAMES, row)) for row in columns[4]]
+    integer = [name for name in parameter_names if name in PARAMETERS and PARAMETERS[name].integer]
+    dicts = [dict(zip(parameter_names, row)) for row in columns[4]]
     for parameters in dicts:
         for name in integer:
             parameters[name] = int(parameters[name])
@@ -231,7 +268,7 @@ def _to_dicts(rows: np.ndarray) -> list[dict[str, Any]]:
             "return": ret,
             "length": length,
             "termination": "fall" if fell else "time_limit",
-            "fall_conditions": [n for n, hit in zip(FALL_CONDITIONS, held) if hit] if fell else [],
+            "fall_conditions": [n for n, hit in zip(condition_names, held) if hit] if fell else [],
         }
         for env, episode, seed, command, parameters, ret, length, fell, held in zip(*columns, conditions)
     ]

@@ -262,7 +262,14 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self._state_view = self._state.read_only()
         self._clusters: list[tuple[slice, ClusterWorld]] = []
         self.closed = False
-        self._trace = ParameterTrace(trace_max_records, trace_path, self.task_config)
+        self._trace = ParameterTrace(
+            trace_max_records,
+            trace_path,
+            self.task_config,
+            command_dim=task.command_dim,
+            condition_names=task.termination_names,
+            parameter_names=PARAMETER_NAMES + task.episode_parameter_names,
+        )
         try:
             for start in range(0, n, envs_per_cluster):
                 rows = slice(start, min(start + envs_per_cluster, n))
@@ -651,13 +658,19 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             episode=self._episode_index[idx],
             episode_seed=self.episode_seed[idx],
             command=self.command[idx],
-            parameters=self.parameters[idx],
+            parameters=self._trace_parameters(idx),
             returns=self._episode_return[idx],
             lengths=self.episode_step[idx],
             terminated=terminated[idx],
             conditions=conditions[idx],
         )
         self._episode_recorded[idx] = True
+
+    def _trace_parameters(self, idx: np.ndarray) -> np.ndarray:
+        """(k, P + E) float64: envs ``idx``'s physics parameters, then their task's episode parameters (if any)."""
+        if not self.task.episode_parameter_names:
+            return self.parameters[idx]
+        return np.concatenate([self.parameters[idx], self.task.episode_parameters[idx]], axis=1)
 
     def _autoreset(self, done: np.ndarray, terms: dict[str, np.ndarray], infos: dict[str, Any]) -> None:
         """Autoreset the ``done`` envs as ``autoreset_mode`` says.
@@ -892,6 +905,8 @@ def replay_env(
     missing = sorted(set(PARAMETER_NAMES) - set(record.get("parameters", {})))
     if missing:
         raise ValueError(f"record has no value for parameter(s) {missing}")
-    env = UniLabVectorEnv(1, **{**env_config, "domain_randomization": record["parameters"], **env_kwargs})
+    physics = {name: record["parameters"][name] for name in PARAMETER_NAMES}  # a task's episode parameters are
+    # drawn again from the episode seed
+    env = UniLabVectorEnv(1, **{**env_config, "domain_randomization": physics, **env_kwargs})
     obs, info = env.reset(options={"episode_seed": record["episode_seed"]})
     return env, obs, info

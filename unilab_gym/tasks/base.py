@@ -109,6 +109,8 @@ class Task(ABC):
         command: (N, C) float64, each env's command or target for its current episode (written by
             :meth:`sample_episode`); in the reset info as ``"command"`` and in the parameter trace.
         nominal_joint_pos: (N, J) float64, the robot's nominal pose, per env.
+        episode_parameters: (N, len(:attr:`episode_parameter_names`)) float64, each env's episode parameters for
+            its current episode (written by :meth:`sample_episode`, from the episode's stream); in the trace.
     """
 
     #: Policy observation width.
@@ -123,6 +125,9 @@ class Task(ABC):
     command_dim: ClassVar[int]
     #: Names of the termination conditions, the columns of :meth:`evaluate`'s conditions.
     termination_names: ClassVar[tuple[str, ...]]
+    #: Names of the task's own per-episode parameters (e.g. an object's shape, size, mass), recorded in the
+    #: parameter trace after the physics parameters; their values are :attr:`episode_parameters`.
+    episode_parameter_names: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, num_envs: int, config: TaskConfig):
         self.num_envs = num_envs
@@ -130,6 +135,7 @@ class Task(ABC):
         self.robot: RobotDescription = config.robot
         self.scene = Scene()
         self.command = np.zeros((num_envs, self.command_dim))
+        self.episode_parameters = np.zeros((num_envs, len(self.episode_parameter_names)))
         self.nominal_joint_pos = np.tile(np.array(self.robot.nominal_joint_pos), (num_envs, 1))
 
     @classmethod
