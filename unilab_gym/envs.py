@@ -50,13 +50,22 @@ class QuadrupedEnv(gym.Env):
             pybullet world: make a new env with ``gym.make("UniLab/Quadruped-v0", **env.task_config)``).
     """
 
+    #: The vector env underneath (a subclass for another task, e.g. :class:`~unilab_gym.envs_quadrotor.QuadrotorEnv`).
+    vector_env_type: type[UniLabVectorEnv] = UniLabVectorEnv
+
     def __init__(self, render_mode: str | None = None, **kwargs: Any):
+        owner = type(self).__name__
         for key in ("num_envs", "autoreset_mode", "envs_per_cluster"):
             if key in kwargs:
-                raise TypeError(f"QuadrupedEnv got vector-env argument {key!r}; use UniLabVectorEnv for several envs")
-        check_task_kwargs("QuadrupedEnv", kwargs, ("render_mode", "trace_max_records", "trace_path", "privileged_obs"))
+                raise TypeError(f"{owner} got vector-env argument {key!r}; use UniLabVectorEnv for several envs")
+        check_task_kwargs(
+            owner,
+            kwargs,
+            ("render_mode", "trace_max_records", "trace_path", "privileged_obs"),
+            self.vector_env_type.task_type.config_type(),
+        )
         self._kwargs = dict(kwargs)  # to reconnect after close()
-        self._vec = UniLabVectorEnv(1, render_mode=render_mode, autoreset_mode="Disabled", **kwargs)
+        self._vec = self.vector_env_type(1, render_mode=render_mode, autoreset_mode="Disabled", **kwargs)
         self.render_mode = render_mode
         self.metadata = {"render_modes": ["rgb_array"], "render_fps": self._vec.metadata["render_fps"]}
         self.observation_space = self._vec.single_observation_space
@@ -96,7 +105,7 @@ class QuadrupedEnv(gym.Env):
                 "finished: it cannot reconnect without truncating that file; create a new env"
             )
         old = self._vec
-        self._vec = UniLabVectorEnv(1, render_mode=self.render_mode, autoreset_mode="Disabled", **self._kwargs)
+        self._vec = self.vector_env_type(1, render_mode=self.render_mode, autoreset_mode="Disabled", **self._kwargs)
         self._vec._env_rngs = old._env_rngs  # the env's stream goes on, as if it had not been closed
 
     def reset(
@@ -161,7 +170,10 @@ class QuadrupedEnv(gym.Env):
             self._warned = True
         self._episode_over = self._episode_over or bool(terminated[0] or truncated[0])
         terms = {k: float(v[0]) for k, v in info["reward_terms"].items() if not k.startswith("_")}
-        return _row(obs, 0), float(reward[0]), bool(terminated[0]), bool(truncated[0]), {"reward_terms": terms}
+        out: dict[str, Any] = {"reward_terms": terms}
+        for name in self._vec.task.step_info():  # the task's own entries, e.g. is_success
+            out[name] = info[name][0].item()
+        return _row(obs, 0), float(reward[0]), bool(terminated[0]), bool(truncated[0]), out
 
     def parameter_trace(self) -> list[dict[str, Any]]:
         """One record per finished episode (see :meth:`UniLabVectorEnv.parameter_trace`)."""

@@ -38,7 +38,7 @@ from unilab_gym.memory import check_memory
 from unilab_gym.randomization import PARAMETER_NAMES
 from unilab_gym.sim import a1
 from unilab_gym.sim.world import ClusterWorld, RobotState
-from unilab_gym.tasks.base import Task
+from unilab_gym.tasks.base import ACTUATIONS, Task
 from unilab_gym.tasks.config import check_task_kwargs
 from unilab_gym.tasks.quadruped import QuadrupedTask
 from unilab_gym.trace import DEFAULT_TRACE_MAX_RECORDS, ParameterTrace, write_jsonl
@@ -238,6 +238,11 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         #: The task math on the seam (:class:`~unilab_gym.tasks.base.Task`), batched over the N envs.
         self.task: Task = self.task_type(self.num_envs, config)
         task = self.task
+        if task.actuation not in ACTUATIONS:
+            raise ValueError(
+                f"{type(task).__name__}.actuation must be one of {list(ACTUATIONS)}, got {task.actuation!r}"
+            )
+        self._external = task.actuation == "external"  # forces from task.forces(), no joint PD
 
         self.render_mode = render_mode
         self.metadata = {
@@ -601,6 +606,8 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             self._fifo_head = (self._fifo_head + 1) % size
         if self.domain_randomization.pushes:
             self._push(restarting)
+        if self._external:  # the task turns the applied action into forces (_simulate)
+            return applied
         return self.nominal_joint_pos + self.action_scale * applied
 
     def _simulate(self, targets: np.ndarray, restarting: np.ndarray) -> int:
@@ -610,8 +617,13 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         before the states are read. Returns the wall-clock ns of the slices and the state reads.
         """
         t_slice = time.perf_counter_ns()
-        for rows, world in self._clusters:
-            world.step(targets[rows], self.kp[rows], self.kd[rows], self.torque_limits[rows], self.substeps)
+        if self._external:  # targets is the applied action: the task's wrench on each base instead of joint PD
+            wrench = self.task.forces(self._state_view, targets)
+            for rows, world in self._clusters:
+                world.step_external(wrench[rows], self.substeps)
+        else:
+            for rows, world in self._clusters:
+                world.step(targets[rows], self.kp[rows], self.kd[rows], self.torque_limits[rows], self.substeps)
         physics_ns = time.perf_counter_ns() - t_slice
         self.episode_step += 1
         if restarting.any():
@@ -852,14 +864,18 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             "_parameters": mask.copy(),
         }
 
-    @staticmethod
-    def _step_info(terms: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, Any]:
-        """Gymnasium vector info for the reward terms of the envs in ``mask``."""
+    def _step_info(self, terms: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, Any]:
+        """Gymnasium vector info for the reward terms of the envs in ``mask``, and the task's own entries
+        (:meth:`Task.step_info <unilab_gym.tasks.base.Task.step_info>`, e.g. ``is_success``)."""
         nested: dict[str, Any] = {}
         for name, value in terms.items():
             nested[name] = np.where(mask, value, 0.0)
             nested[f"_{name}"] = mask.copy()
-        return {"reward_terms": nested, "_reward_terms": mask.copy()}
+        info: dict[str, Any] = {"reward_terms": nested, "_reward_terms": mask.copy()}
+        for name, value in self.task.step_info().items():
+            info[name] = np.where(mask, value, np.zeros((), dtype=value.dtype))
+            info[f"_{name}"] = mask.copy()
+        return info
 
 
 def _stream(rng: np.random.Generator | None) -> np.random.Generator:

@@ -55,7 +55,7 @@ class RobotDescription:
     spawn); for a URDF with other conventions use or write a z-up variant (e.g. ``laikago_toes_zup.urdf``).
 
     Raises:
-        ValueError: naming the field: a missing URDF file, empty or repeated joint names, a pose, gain or limit of
+        ValueError: naming the field: a missing URDF file, repeated joint names, a pose, gain or limit of
             the wrong length, negative gains, non-positive limits, heights or action scale. Unknown joint or link
             names are reported when the URDF is loaded (:class:`~unilab_gym.sim.world.ClusterWorld`), with the
             URDF's valid names.
@@ -66,7 +66,9 @@ class RobotDescription:
     urdf: str
     """The URDF: an absolute path, or relative to ``pybullet_data`` (see :func:`resolve_urdf`)."""
     joint_names: tuple[str, ...]
-    """URDF names of the actuated (revolute or prismatic) joints, in the order of actions and observations."""
+    """URDF names of the actuated (revolute or prismatic) joints, in the order of actions and observations; empty for
+    a robot that a task moves by external forces only (:attr:`unilab_gym.tasks.base.Task.actuation` ``"external"``,
+    e.g. the quadrotor ``unilab_gym.robots.quadrotors.CF2X``)."""
     nominal_joint_pos: tuple[float, ...]
     """Nominal (standing) pose in rad (m for prismatic joints), one per joint: the PD target of the zero action."""
     kp: tuple[float, ...]
@@ -89,6 +91,9 @@ class RobotDescription:
     """Torque limit of each joint in N·m, > 0; ``None``: the URDF's ``<limit effort=...>`` (which must then be > 0)."""
     action_scale: float = 0.25
     """Joint target offset in rad per unit of action, > 0: the default ``action_scale`` of a task."""
+    use_urdf_inertia: bool = False
+    """Load the URDF's ``<inertia>`` tensors (pybullet ``URDF_USE_INERTIA_FROM_FILE``); ``False`` (default):
+    pybullet computes each link's inertia from its collision shapes and mass, as for the shipped quadrupeds."""
     urdf_path: str = field(init=False, compare=False, repr=False)
     """The resolved absolute path of :attr:`urdf` (set at construction)."""
 
@@ -100,9 +105,7 @@ class RobotDescription:
         set_ = object.__setattr__
         set_(self, "urdf_path", resolve_urdf(self.urdf, owner))
         set_(self, "urdf", os.fspath(self.urdf))
-        joints = _names(owner, "joint_names", self.joint_names)
-        if not joints:
-            raise ValueError(f"{owner}: joint_names must name at least one actuated joint, got {self.joint_names!r}")
+        joints = _names(owner, "joint_names", self.joint_names)  # () for a robot moved by external forces only
         set_(self, "joint_names", joints)
         n = len(joints)
         set_(self, "nominal_joint_pos", _per_joint(owner, "nominal_joint_pos", self.nominal_joint_pos, n, None, False))
@@ -119,6 +122,9 @@ class RobotDescription:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"{owner}: {name} must be a link name or None, got {value!r}")
+        if not isinstance(self.use_urdf_inertia, (bool, np.bool_)):
+            raise ValueError(f"{owner}: use_urdf_inertia must be True or False, got {self.use_urdf_inertia!r}")
+        set_(self, "use_urdf_inertia", bool(self.use_urdf_inertia))
         for name in ("spawn_height", "standing_height", "action_scale"):
             set_(self, name, check_real(f"{owner}: {name}", getattr(self, name), minimum=0.0, exclusive_minimum=True))
 

@@ -29,6 +29,9 @@ from unilab_gym.randomization import DomainRandomization
 from unilab_gym.robots import RobotDescription
 from unilab_gym.sim.scene import Scene
 
+#: The values of :attr:`Task.actuation`.
+ACTUATIONS = ("joint_pd", "external")
+
 if TYPE_CHECKING:  # the task layer never imports the physics layer (nor pybullet) at run time
     from unilab_gym.sim.world import RobotState
 
@@ -125,6 +128,12 @@ class Task(ABC):
     command_dim: ClassVar[int]
     #: Names of the termination conditions, the columns of :meth:`evaluate`'s conditions.
     termination_names: ClassVar[tuple[str, ...]]
+    #: How the engine moves the robots (one of :data:`ACTUATIONS`). ``"joint_pd"`` (default): the action is joint
+    #: position targets ``nominal pose + action_scale * action``, tracked by PD torques every substep.
+    #: ``"external"``: the robot has no actuated joints; once per control step the engine asks :meth:`forces` for a
+    #: force and torque on each robot's base and the physics layer applies them in every substep (a quadrotor's
+    #: rotors, :mod:`unilab_gym.tasks.quadrotor`).
+    actuation: ClassVar[str] = "joint_pd"
     #: Names of the task's own per-episode parameters (e.g. an object's shape, size, mass), recorded in the
     #: parameter trace after the physics parameters; their values are :attr:`episode_parameters`.
     episode_parameter_names: ClassVar[tuple[str, ...]] = ()
@@ -199,6 +208,32 @@ class Task(ABC):
             (``info["reward_terms"]``); and (N, len(:attr:`termination_names`)) bool, which termination conditions
             hold (``terminated`` is their OR).
         """
+
+    def forces(self, state: RobotState, action: np.ndarray) -> np.ndarray:
+        """The external wrench on each robot's base during this control step (:attr:`actuation` ``"external"``).
+
+        Called once per control step, before the physics slice, with the states the last step (or reset) read;
+        the physics layer (:meth:`~unilab_gym.sim.world.ClusterWorld.step_external`) applies the same wrench at
+        the base's centre of mass in every substep of the slice (pybullet clears external forces after each).
+
+        Args:
+            state: the N robots' states before this step.
+            action: (N, A) float64, the action applied this step (clipped; after latency; 0 for an env that is
+                restarting).
+
+        Returns:
+            (N, 6) float64: force (N) then torque (N·m), both in the base (link) frame.
+
+        Raises:
+            NotImplementedError: the default, for a ``"joint_pd"`` task.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has actuation {self.actuation!r}: it defines no forces()")
+
+    def step_info(self) -> dict[str, np.ndarray]:
+        """Task-specific entries of this step's info, each (N,) (e.g. ``"is_success"``, bool), computed in the
+        last :meth:`evaluate`; the engine puts them in the info next to ``reward_terms`` (with their ``_key`` masks,
+        and in ``final_info`` with SAME_STEP autoreset). Default: none."""
+        return {}
 
     def truncation(self, episode_step: np.ndarray, max_episode_steps: int) -> np.ndarray:
         """(N,) bool ``truncated``: by default the episode reached ``max_episode_steps`` control steps."""
