@@ -22,10 +22,20 @@ dtype (a ``uint8`` image stays ``uint8``), actions in SB3's (float64 is stored a
 does). The ``terminated`` field holds SB3's bootstrap cut, ``done * (1 - timeout)`` (``timeout`` =
 ``info["TimeLimit.truncated"]`` when ``handle_timeout_termination``, else 0), and ``truncated``
 holds ``done * TimeLimit.truncated``.
+
+A model built with ``replay_buffer_class=SharedReplayBuffer`` saves as a plain SB3 file:
+``model.save`` leaves out ``replay_buffer_class``, ``replay_buffer_kwargs`` and
+``optimize_memory_usage`` (SB3 cloudpickles the class, which would make ``SAC.load`` import
+unilab_gym), so ``SAC.load`` works without unilab_gym and gives SB3's default buffer
+(``ReplayBuffer``, or ``DictReplayBuffer`` for a ``Dict`` space). To train on from a
+``SharedReplayBuffer`` again, pass the settings to the load:
+``SAC.load(path, env, replay_buffer_class=SharedReplayBuffer, optimize_memory_usage=True)``.
+The saved replay (``save_replay_buffer``) is a ``SharedReplayBuffer`` pickle: it needs unilab_gym.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -47,6 +57,47 @@ from unilab_gym.validation import REAL_DTYPE_KINDS, check_positive_int, check_re
 __all__ = ["SharedReplayBuffer"]
 
 _LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+#: what a model with a SharedReplayBuffer leaves out of its saved file (see the module docstring).
+UNSAVED_MODEL_PARAMS = ("replay_buffer_class", "replay_buffer_kwargs", "optimize_memory_usage", "_excluded_save_params")
+
+
+class _ExcludedSaveParams:
+    """``model._excluded_save_params`` of a model with a SharedReplayBuffer: a fixed list (SB3's own
+    for the model's class, plus :data:`UNSAVED_MODEL_PARAMS`). Holds no reference to the model."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = tuple(dict.fromkeys(names))
+
+    def __call__(self) -> list[str]:
+        return list(self.names)
+
+
+def _algorithm_building(frame: Any) -> Any:
+    """The SB3 algorithm whose ``_setup_model`` calls the constructor running in ``frame`` (its
+    caller, or a few frames up through subclasses' ``__init__``), if it is building its
+    ``replay_buffer_class`` buffer; else ``None``."""
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    frame = frame.f_back
+    for _ in range(8):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, BaseAlgorithm):
+            cls = getattr(owner, "replay_buffer_class", None)
+            building = getattr(owner, "replay_buffer", None) is None
+            return owner if building and isinstance(cls, type) and issubclass(cls, SharedReplayBuffer) else None
+        frame = frame.f_back
+    return None
+
+
+def _save_as_plain_sb3(model: Any) -> None:
+    """Make ``model.save`` leave out the replay settings (:data:`UNSAVED_MODEL_PARAMS`)."""
+    if model is None or isinstance(model.__dict__.get("_excluded_save_params"), _ExcludedSaveParams):
+        return
+    model._excluded_save_params = _ExcludedSaveParams([*model._excluded_save_params(), *UNSAVED_MODEL_PARAMS])
 
 
 def _seed_from_global_state() -> np.random.SeedSequence:
@@ -253,6 +304,7 @@ class SharedReplayBuffer(ReplayBuffer):
                 stacklevel=2,
             )
         self._storage = ReplayStorage(self.layout, capacity)
+        _save_as_plain_sb3(_algorithm_building(sys._getframe(1)))
 
     @classmethod
     def attach(
