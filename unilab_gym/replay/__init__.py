@@ -6,7 +6,12 @@
 - :mod:`unilab_gym.replay.status`: transition statuses and status-weighted sampling.
 - :class:`ReplayStorage`: the ring in POSIX shared memory (create / attach by
   :class:`ReplayHandle` / add / sample / close); :func:`final_obs_capacity_for`, the side-table
-  size of a memory-optimized layout that keeps every episode end.
+  size of a memory-optimized layout that keeps every episode end. It is built by job, as SB3's
+  ``buffers.py`` is (a base class, one subclass per variant): :mod:`~unilab_gym.replay.ring`
+  (the segment and the reserve / commit protocol), :mod:`~unilab_gym.replay.sampling`,
+  :mod:`~unilab_gym.replay.storage` (typed ``add``, saved copies, checked by
+  :mod:`~unilab_gym.replay.persistence`) and :mod:`~unilab_gym.replay.linking` (the
+  memory-optimized variant, :class:`~unilab_gym.replay.linking.OptimizedReplayStorage`).
 - :func:`~unilab_gym.replay.integrity.data_checksum`: the checksum saved replay state carries.
 - :class:`TorchSampler` (imported lazily, needs torch): sampling straight into torch tensors.
 
