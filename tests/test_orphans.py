@@ -45,7 +45,8 @@ if __name__ == "__main__":
     env_fn = functools.partial(_runner_envs.tiny, claim_path={claim!r}, fault="hang", fault_at=12)
     model = SAC("MlpPolicy", DummyVecEnv([_runner_envs.TinyEnv]), replay_buffer_class=SharedReplayBuffer,
                 learning_starts=10, batch_size=16, buffer_size=2000, policy_kwargs=dict(net_arch=[16, 16]), seed=0)
-    AsyncRunner(model, env_fn=env_fn, num_collectors=2, envs_per_collector=2).learn(10**9)
+    runner = AsyncRunner(model, env_fn=env_fn, num_collectors=2, envs_per_collector=2, start_method={start_method!r})
+    runner.learn(10**9)
 """
 
 
@@ -74,10 +75,12 @@ def shm_segments(pid):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_a_sigkilled_learner_takes_its_hung_and_its_stopped_collector_and_its_segments_with_it(tmp_path):
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_a_sigkilled_learner_takes_its_hung_and_its_stopped_collector_and_its_segments_with_it(tmp_path, start_method):
+    """With ``forkserver`` the collectors' parent is the fork server, which exits with the learner."""
     claim = tmp_path / "claim"
     script = tmp_path / "learner.py"
-    script.write_text(textwrap.dedent(LEARNER.format(tests=TESTS, claim=str(claim))))
+    script.write_text(textwrap.dedent(LEARNER.format(tests=TESTS, claim=str(claim), start_method=start_method)))
     log = tmp_path / "learner.log"
     with open(log, "w") as out:  # the child keeps its own copy of the descriptor
         learner = subprocess.Popen([sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
@@ -94,10 +97,12 @@ def test_a_sigkilled_learner_takes_its_hung_and_its_stopped_collector_and_its_se
         )
         assert learner.poll() is None, log.read_text()
         hung = int(hung_file.read_text())
+        collectors = sorted(int(p.name.rsplit(".", 1)[1]) for p in tmp_path.glob("claim.stepped.*"))
         family_pids = [p.pid for p in psutil.Process(learner.pid).children(recursive=True)]
-        tracker = [p for p in family_pids if "resource_tracker" in " ".join(psutil.Process(p).cmdline())]
-        collectors = [p for p in family_pids if p not in tracker]
-        assert hung in collectors and len(collectors) == 2 and len(tracker) == 1, family_pids
+        # the rest: the resource tracker, and with forkserver the fork server (the collectors' parent)
+        helpers = [p for p in family_pids if p not in collectors]
+        tracker = [p for p in helpers if "resource_tracker" in " ".join(psutil.Process(p).cmdline())]
+        assert hung in collectors and set(collectors) <= set(family_pids) and len(tracker) == 1, family_pids
         (stopped,) = (p for p in collectors if p != hung)
         os.kill(stopped, signal.SIGSTOP)
         wait_for(lambda: psutil.Process(stopped).status() == psutil.STATUS_STOPPED, 10, "SIGSTOP did not stop it")
@@ -116,7 +121,11 @@ def test_a_sigkilled_learner_takes_its_hung_and_its_stopped_collector_and_its_se
             ),
         )
         # the tracker sees EOF once no collector holds its pipe: it unlinks the learner's segments and exits
-        wait_for(lambda: not alive(tracker[0]), 10, "the learner's resource tracker is still running")
+        wait_for(
+            lambda: not any(alive(p) for p in helpers),
+            10,
+            lambda: f"left: {[psutil.Process(p).cmdline() for p in helpers if alive(p)]}",
+        )
         left = [s for s in segments if os.path.exists(s)]
         assert not left, f"segments of the SIGKILLed learner left in /dev/shm: {left}"
     finally:

@@ -37,7 +37,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
@@ -98,6 +98,8 @@ class CollectorSpec:
     numpy. ``policy`` is (segment name, size in bytes) of a shared-memory segment holding the
     module the collector runs (SB3 actor, or the whole ``ActorCriticPolicy``), saved with
     ``torch.save``; its weights then follow the learner's through :class:`SharedWeights`.
+    ``parent_pid`` is the learner's pid; in the running collector, the pid of the parent it dies with
+    (:func:`die_with_parent`: the learner, or its fork server).
     """
 
     index: int
@@ -168,8 +170,12 @@ def autoreset_mode_of(env: Any) -> str:
     return str(getattr(mode, "value", mode))
 
 
-def die_with_parent(parent_pid: int) -> str:
-    """Make this process die with its parent ``parent_pid`` (the learner), whatever it is doing then.
+def die_with_parent(learner_pid: int) -> int:
+    """Make this process die with its parent, whatever it is doing then; return the parent's pid.
+
+    The parent is the learner ``learner_pid`` (start methods ``spawn`` and ``fork``) or the
+    learner's fork server (``forkserver``), which exits when the learner does once this process let go
+    of its "alive" pipe (:func:`_let_go_of_fork_server`).
 
     On Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (``man 2 prctl``), through ``ctypes`` on libc. The
     kernel then SIGKILLs this process when the thread that started it exits, even while it is stuck in
@@ -179,27 +185,61 @@ def die_with_parent(parent_pid: int) -> str:
     ``WATCHDOG_INTERVAL_S`` and ends the process (``os._exit``) once the parent changed; it needs the
     GIL, so an env stuck in C code that holds it, or a stopped process, outlives the parent there.
 
-    Then, because the parent may have died before the death signal was set, this checks that the parent
-    is still ``parent_pid`` and exits with ``ORPHAN_EXIT_CODE`` if not.
+    Then, because the parent may have died before the death signal was set (nobody would send it),
+    this exits with ``ORPHAN_EXIT_CODE`` if the parent changed meanwhile, or if the parent is not the
+    learner and the learner is gone.
 
     Args:
-        parent_pid: pid of the learner process that started this one.
+        learner_pid: pid of the learner process that started this collector.
 
     Returns:
-        ``"prctl"`` or ``"watchdog"``: how the death of the parent is watched.
+        the pid of the parent whose death ends this process.
     """
-    how = "watchdog"
+    parent = os.getppid()
+    if parent != learner_pid:
+        _let_go_of_fork_server()
+    watched = False
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
             zero = ctypes.c_ulong(0)
-            if libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero) == 0:
-                how = "prctl"
-    if how == "watchdog":
-        threading.Thread(target=_watch_parent, args=(parent_pid,), name="unilab-parent-watchdog", daemon=True).start()
-    if os.getppid() != parent_pid:  # the learner died before the death signal was set: nobody would send it
+            watched = libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero) == 0
+    if not watched:
+        threading.Thread(target=_watch_parent, args=(parent,), name="unilab-parent-watchdog", daemon=True).start()
+    if os.getppid() != parent or (parent != learner_pid and not _exists(learner_pid)):
         os._exit(ORPHAN_EXIT_CODE)
-    return how
+    return parent
+
+
+def _let_go_of_fork_server() -> None:
+    """Close this process's copy of the fork server's "alive" pipe, so the server exits with the learner.
+
+    ``multiprocessing``'s fork server exits at EOF on that pipe, and hands its write end to every process
+    it forks (``multiprocessing.forkserver._forkserver._forkserver_alive_fd``, a private attribute of
+    CPython 3.8-3.13), so that they may use it too: a collector holding it would keep the server, its
+    parent, alive after the learner died, and its death signal would never come. Without it, this
+    process can no longer start processes through that fork server (its env's own subprocesses need
+    another start method).
+    """
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = None  # type: ignore[union-attr]
+
+
+def _exists(pid: int) -> bool:
+    """Whether process ``pid`` exists (``kill(pid, 0)``)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -424,7 +464,8 @@ def collector_main(
     spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: ControlHandle, conn: Connection
 ) -> None:
     """Process entry point: run the writer; on an exception, report it through ``conn`` first, then clean up."""
-    die_with_parent(spec.parent_pid)  # first: from now on the kernel ends this process with the learner
+    # first: from now on the kernel ends this process with the learner (or its fork server)
+    spec = replace(spec, parent_pid=die_with_parent(spec.parent_pid))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a Ctrl-C that arrived while starting (blocked till now)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     opened: list[Any] = []  # closed in reverse order, after the learner has been told of any error
