@@ -278,6 +278,8 @@ class FiniteCheckedEnv:
         self.steps = 0
 
     def __getattr__(self, name: str) -> Any:
+        if name == "env":  # not yet set (e.g. while copying): no recursion
+            raise AttributeError(name)
         return getattr(self.env, name)
 
     def reset(self, **kwargs: Any) -> Any:
