@@ -22,6 +22,7 @@ import gymnasium as gym
 from gymnasium.envs import registration as gym_registration
 
 QUADRUPED_ID = "UniLab/Quadruped-v0"
+QUADROTOR_ID = "UniLab/Quadrotor-v0"
 
 
 def make_quadruped(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
@@ -56,6 +57,27 @@ def make_quadruped(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
     return UniLabVectorEnv(num_envs, **kwargs)
 
 
+def make_quadrotor(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
+    """The entry point of ``UniLab/Quadrotor-v0``, for ``gym.make`` and ``gym.make_vec``: a
+    :class:`~unilab_gym.envs_quadrotor.QuadrotorEnv` (``num_envs=None``) or a
+    :class:`~unilab_gym.envs_quadrotor.QuadrotorVectorEnv` of ``num_envs`` envs (see :func:`make_quadruped` for
+    the arguments and errors)."""
+    if num_envs is None:
+        from unilab_gym.envs_quadrotor import QuadrotorEnv
+
+        return QuadrotorEnv(**kwargs)
+    limit = _gym_make_time_limit(sys._getframe(1))
+    if limit is not None:
+        raise ValueError(
+            f"gym.make({QUADROTOR_ID!r}, num_envs={num_envs!r}, max_episode_steps={limit!r}) would wrap the vector "
+            "env in a single-env TimeLimit; give the limit to the env instead: "
+            f"gym.make_vec({QUADROTOR_ID!r}, num_envs={num_envs!r}, max_episode_steps={limit!r})"
+        )
+    from unilab_gym.envs_quadrotor import QuadrotorVectorEnv
+
+    return QuadrotorVectorEnv(num_envs, **kwargs)
+
+
 def _gym_make_time_limit(caller: Any) -> Any:
     """The ``max_episode_steps`` of the ``TimeLimit`` ``gym.make`` will wrap around the env, if ``caller`` (the
     frame calling the entry point) is ``gym.make`` and it will wrap one; else ``None``.
@@ -74,6 +96,14 @@ def _gym_make_time_limit(caller: Any) -> Any:
 
 def register_envs() -> None:
     """Register the ids (idempotent)."""
+    if QUADROTOR_ID not in gym.registry:
+        gym.register(
+            id=QUADROTOR_ID,
+            entry_point="unilab_gym.registration:make_quadrotor",
+            vector_entry_point="unilab_gym.registration:make_quadrotor",
+            disable_env_checker=True,
+            order_enforce=False,
+        )
     if QUADRUPED_ID in gym.registry:
         return
     gym.register(

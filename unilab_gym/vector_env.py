@@ -783,7 +783,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         Every parameter is applied, so nothing of the slot's earlier episodes remains.
         """
         idx = np.flatnonzero(mask)
-        joint_pos = np.empty((idx.size, self.task.act_dim))
+        joint_pos = np.empty((idx.size, self.robot.num_joints))
         for row, i in enumerate(idx):
             given = episode_seeds[i]
             self.episode_seed[i] = _stream(self._env_rngs[i]).integers(2**63) if given is None else given

@@ -257,6 +257,7 @@ class ClusterWorld:
         base = p.getDynamicsInfo(first, -1, physicsClientId=c)
         #: Trunk mass in kg, as loaded.
         self.nominal_trunk_mass = base[0]
+        self._nominal_inertia = np.array(base[2])  # trunk inertia diagonal in kg·m^2, as loaded
         #: Lateral friction coefficient of the robot links as loaded.
         self.nominal_friction = base[1]
         self._trunk_mass = np.full(num_robots, self.nominal_trunk_mass)
@@ -338,6 +339,9 @@ class ClusterWorld:
         for row, i in enumerate(idx):
             robot = self._robots[i]
             p.changeDynamics(robot, -1, mass=float(trunk_mass[row]), physicsClientId=c)
+            if self.robot.use_urdf_inertia:  # changeDynamics(mass=) recomputed it from the collision shapes
+                inertia = self._nominal_inertia * (float(trunk_mass[row]) / self.nominal_trunk_mass)
+                p.changeDynamics(robot, -1, localInertiaDiagonal=inertia.tolist(), physicsClientId=c)
             mu = float(friction[row])
             for link in self._links:
                 p.changeDynamics(robot, link, lateralFriction=mu, physicsClientId=c)
