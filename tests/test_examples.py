@@ -274,10 +274,7 @@ def _parsers_and_arguments(path: Path):
     return [n for n, name in named if name == "ArgumentParser"], [n for n, name in named if name == "add_argument"]
 
 
-#: examples/shared_replay_hypotheses.py is being rewritten (issue 26 item 4); add it back once it uses HelpFormatter
-SCRIPTS = sorted(
-    p for p in [*EXAMPLES.glob("*.py"), *(ROOT / "benchmarks").glob("*.py")] if p.name != "shared_replay_hypotheses.py"
-)
+SCRIPTS = sorted([*EXAMPLES.glob("*.py"), *(ROOT / "benchmarks").glob("*.py")])
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
