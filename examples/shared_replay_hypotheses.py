@@ -63,7 +63,8 @@ SAC_KWARGS: dict[str, Any] = dict(
     policy_kwargs=dict(net_arch=[256, 256]),
     device="cpu",
 )
-#: Columns of ``comparison.csv`` (and of :func:`main`'s rows), in order.
+#: Columns of ``comparison.csv`` (and of :func:`main`'s rows), in order. ``wall_s``: seconds from the
+#: learner's start of training (A: ``runner.learn``; a reader: its loop, waiting included) to its last step.
 COLUMNS = (
     "learner", "gamma", "learning_rate", "gradient_steps", "wall_s", "return_mean", "return_std",
     "tracking_error_mps", "fall_rate", "td_error", "q_mean", "ent_coef",
