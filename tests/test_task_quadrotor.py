@@ -13,6 +13,7 @@ from unilab_gym.registration import QUADROTOR_ID
 from unilab_gym.robots import A1, RobotDescription
 from unilab_gym.robots.quadrotors import CF2X
 from unilab_gym.sim import rotor, world
+from unilab_gym.sim.rotation import quat_rotate_inverse
 from unilab_gym.tasks.quadrotor import OBS_LAYOUT, QuadrotorConfig, QuadrotorTask, motor_rpm
 
 # short episodes that often crash (a high floor): autoresets every few steps
@@ -134,8 +135,8 @@ def test_vector_env_equals_sync_vector_env_over_single_envs(closing, autoreset_m
     assert ends >= 3
 
 
-def _rollout(num_envs, envs_per_cluster, seed=7, steps=25):
-    env = QuadrotorVectorEnv(num_envs, envs_per_cluster=envs_per_cluster, max_episode_steps=12)
+def _rollout(num_envs, envs_per_cluster, action_mode, seed=7, steps=25):
+    env = QuadrotorVectorEnv(num_envs, envs_per_cluster=envs_per_cluster, max_episode_steps=12, action_mode=action_mode)
     try:
         obs, _ = env.reset(seed=seed)
         rng = np.random.default_rng(3)
@@ -149,14 +150,15 @@ def _rollout(num_envs, envs_per_cluster, seed=7, steps=25):
         env.close()
 
 
-def test_env_i_matches_alone_whatever_envs_per_cluster():
+@pytest.mark.parametrize("action_mode", ["motor_speed", "thrust_rates"])
+def test_env_i_matches_alone_whatever_envs_per_cluster(action_mode):
     """Bit for bit: 8 envs in 1, 3 or 8 worlds; env 5 alone (seeded 7 + 5) follows row 5 (lanes from the episode
     seed, no collisions between quadrotors)."""
-    grouped = [_rollout(8, epc) for epc in (8, 3, 1)]
+    grouped = [_rollout(8, epc, action_mode) for epc in (8, 3, 1)]
     for other in grouped[1:]:
         for x, y in zip(grouped[0], other):
             np.testing.assert_array_equal(x, y)
-    alone_env = QuadrotorVectorEnv(1, max_episode_steps=12)
+    alone_env = QuadrotorVectorEnv(1, max_episode_steps=12, action_mode=action_mode)
     try:
         obs, _ = alone_env.reset(seed=12)
         rng = np.random.default_rng(3)
@@ -176,3 +178,28 @@ def test_zero_joint_descriptions_are_accepted_and_quadruped_tasks_still_refuse_t
         RobotDescription(**{**CF2X.to_dict(), "use_urdf_inertia": "yes"})
     with pytest.raises(ValueError, match="12"):
         unilab_gym.UniLabVectorEnv(1, robot=CF2X)
+
+
+def test_thrust_and_body_rates_mode_hovers_at_zero_and_tracks_a_rate_command_in_one_step(closing):
+    env = closing(QuadrotorVectorEnv(3, action_mode="thrust_rates", max_body_rate=3.0))
+    env.reset(seed=0)
+    start = env.robot_state.base_pos.copy()
+    for _ in range(10):
+        env.step(np.zeros((3, 4)))
+    np.testing.assert_allclose(env.robot_state.base_pos, start, atol=1e-9)
+    action = np.array([[0.1, 0.5, 0, 0], [0.1, 0, -0.5, 0], [0.1, 0, 0, 0.5]])
+    env.step(action)
+    state = env.robot_state
+    body_rates = quat_rotate_inverse(state.base_quat, state.ang_vel)
+    np.testing.assert_allclose(body_rates, np.diag([1.5, -1.5, 1.5]), atol=1.5 * 2e-3)  # pybullet's damping
+    with pytest.raises(ValueError, match="action_mode"):
+        QuadrotorVectorEnv(1, action_mode="attitude")
+
+
+def test_rotor_speeds_for_a_wrench_invert_the_wrench_and_saturate():
+    model = rotor.CF2X
+    weight = model.mass * world.GRAVITY
+    torque = np.array([[1e-4, -2e-4, 3e-6], [0.0, 0.0, 0.0]])
+    rpm = model.rotor_rpm(np.array([weight, 3 * weight]), torque)
+    np.testing.assert_allclose(model.wrench(rpm[:1])[0], [0, 0, weight, *torque[0]], rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(rpm[1], model.max_rpm)  # 3 x the weight is over the 2.25 the rotors have

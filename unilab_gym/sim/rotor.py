@@ -47,6 +47,8 @@ class RotorModel:
     """(4,) sign of each rotor's drag torque about the base z axis."""
     thrust_to_weight: float
     """Total thrust at full speed over the weight ``mass * g``: sets :attr:`max_rpm`."""
+    inertia: tuple[float, float, float] = (1.4e-5, 1.4e-5, 2.17e-5)
+    """Diagonal of the body's inertia tensor in kg·m^2 (the URDF's): what :func:`rate_control` assumes."""
 
     def __post_init__(self) -> None:
         for name in ("mass", "kf", "km", "thrust_to_weight"):
@@ -89,6 +91,46 @@ class RotorModel:
             out[:, 4] -= x * thrust[:, i]
             out[:, 5] += spin * self.km * squared[:, i]
         return out
+
+    def rotor_rpm(self, thrust: np.ndarray, torque: np.ndarray) -> np.ndarray:
+        """The rotor speeds that give collective ``thrust`` and body ``torque``, each rotor clipped to [0, full speed].
+
+        Inverts the wrench map (``T = sum f_i``, ``tau_x = sum y_i f_i``, ``tau_y = -sum x_i f_i``,
+        ``tau_z = (km / kf) sum s_i f_i``) for the rotor thrusts ``f_i``, clips them to [0, ``kf max_rpm^2``] (a
+        saturated command loses some of its torque) and returns ``sqrt(f_i / kf)``.
+
+        Args:
+            thrust: (N,) float64, N. torque: (N, 3) float64, N·m, base frame.
+
+        Returns:
+            (N, 4) float64 rpm.
+        """
+        xy = np.asarray(self.rotor_xy)
+        mix = np.stack([np.ones(4), xy[:, 1], -xy[:, 0], np.asarray(self.spin) * self.km / self.kf])
+        inverse = np.linalg.inv(mix)  # (4, 4) constant; applied term by term below (no N-dependent BLAS rounding)
+        wrench = np.column_stack([thrust, torque])
+        force = np.zeros((thrust.shape[0], 4))
+        for i in range(4):
+            for j in range(4):
+                force[:, i] += inverse[i, j] * wrench[:, j]
+        return np.sqrt(np.clip(force, 0.0, self.kf * self.max_rpm**2) / self.kf)
+
+
+def rate_control(
+    model: RotorModel, thrust: np.ndarray, rates: np.ndarray, body_rates: np.ndarray, period: float
+) -> np.ndarray:
+    """Rotor speeds (N, 4) rpm for a collective ``thrust`` (N,) N and body ``rates`` (N, 3) rad/s.
+
+    A one-step (deadbeat) rate loop run once per control period: the torque ``J (rates - body_rates) / period``
+    brings the body rates to the command in one ``period`` s if no rotor saturates (``J``: :attr:`RotorModel.inertia`;
+    gyroscopic coupling neglected), mixed with the thrust by :meth:`RotorModel.rotor_rpm`.
+
+    Args:
+        model: the rotors. thrust: (N,) N. rates: (N, 3) commanded body rates, rad/s.
+        body_rates: (N, 3) measured body rates, rad/s, base frame. period: the control period in s.
+    """
+    torque = np.asarray(model.inertia) * (rates - body_rates) / period
+    return model.rotor_rpm(thrust, torque)
 
 
 #: A Crazyflie 2.x in the X configuration. Source: gym-pybullet-drones (utiasDSL/gym-pybullet-drones),

@@ -24,7 +24,7 @@ from unilab_gym.robots import RobotDescription
 from unilab_gym.robots.quadrotors import CF2X
 from unilab_gym.sim.rotation import quat_rotate_inverse
 from unilab_gym.sim.rotor import CF2X as CF2X_ROTORS
-from unilab_gym.sim.rotor import RotorModel
+from unilab_gym.sim.rotor import GRAVITY, RotorModel, rate_control
 from unilab_gym.tasks.base import Task
 from unilab_gym.validation import check_positive, check_positive_int, check_real
 
@@ -51,6 +51,8 @@ CRITIC_OBS_LAYOUT: dict[str, tuple[int, int]] = {
 CRITIC_OBS_DIM = 34
 #: Action size: one speed command per rotor (rotors 0-3 of :data:`unilab_gym.sim.rotor.CF2X`).
 ACT_DIM = 4
+#: The values of :attr:`QuadrotorConfig.action_mode`.
+ACTION_MODES = ("motor_speed", "thrust_rates")
 
 _UP = np.array([0.0, 0.0, 1.0])
 
@@ -126,9 +128,16 @@ class QuadrotorConfig:
     """Physics steps per control step (30 Hz control, gym-pybullet-drones' default ``ctrl_freq``)."""
     solver_iterations: int = 10
     """pybullet ``numSolverIterations``."""
+    action_mode: str = "motor_speed"
+    """``"motor_speed"``: the 4 actions are the rotor speeds (:func:`motor_rpm`). ``"thrust_rates"``: collective
+    thrust ``m g (1 + action_scale * a_0)`` N and body rates ``max_body_rate * a_1..3`` rad/s (roll, pitch, yaw),
+    tracked by a one-step rate loop at the control rate (:func:`unilab_gym.sim.rotor.rate_control`)."""
     action_scale: float = None  # type: ignore[assignment]  # None: the robot's
-    """Fraction of the hover speed per unit of action, in (0, 1]: rotor speed ``hover_rpm * (1 + action_scale * a)``
-    rpm, clipped to [0, ``max_rpm``]; ``None``: the robot's (CF2X: 0.2)."""
+    """In (0, 1]. ``motor_speed``: fraction of the hover speed per unit of action, rotor speed
+    ``hover_rpm * (1 + action_scale * a)`` rpm, clipped to [0, ``max_rpm``]. ``thrust_rates``: fraction of the
+    hover thrust per unit of ``a_0``. ``None``: the robot's (CF2X: 0.2)."""
+    max_body_rate: float = 3.0
+    """``thrust_rates``: the body rate in rad/s of a rate action of 1."""
     target_low: tuple[float, float, float] = (-0.5, -0.5, -0.3)
     """Low corner (x, y, z) in m of the box the target is drawn from, relative to the start."""
     target_high: tuple[float, float, float] = (0.5, 0.5, 0.3)
@@ -161,7 +170,9 @@ class QuadrotorConfig:
             "dt": check_positive("dt", self.dt),
             "substeps": check_positive_int("substeps", self.substeps),
             "solver_iterations": check_positive_int("solver_iterations", self.solver_iterations),
+            "action_mode": _choice("action_mode", self.action_mode, ACTION_MODES),
             "action_scale": scale,
+            "max_body_rate": check_positive("max_body_rate", self.max_body_rate),
             "target_low": low,
             "target_high": high,
             "reward_weights": _overrides("reward_weights", QuadrotorRewardWeights, self.reward_weights),
@@ -289,9 +300,16 @@ class QuadrotorTask(Task):
         self._fresh[idx] = True
 
     def forces(self, state: RobotState, action: np.ndarray) -> np.ndarray:
-        """(N, 6) base-frame wrench of the rotors at :func:`motor_rpm` of ``action`` (:meth:`RotorModel.wrench
-        <unilab_gym.sim.rotor.RotorModel.wrench>`)."""
-        return self.rotors.wrench(motor_rpm(action, self.config.action_scale, self.rotors))
+        """(N, 6) base-frame wrench of the rotors (:meth:`RotorModel.wrench <unilab_gym.sim.rotor.RotorModel.wrench>`)
+        at :func:`motor_rpm` of ``action``, or (``thrust_rates``) at the rate loop's speeds, from the body rates of
+        ``state``."""
+        config = self.config
+        if config.action_mode == "motor_speed":
+            return self.rotors.wrench(motor_rpm(action, config.action_scale, self.rotors))
+        thrust = self.rotors.mass * GRAVITY * (1.0 + config.action_scale * action[:, 0])
+        body_rates = quat_rotate_inverse(state.base_quat, state.ang_vel)
+        rpm = rate_control(self.rotors, thrust, config.max_body_rate * action[:, 1:], body_rates, config.control_dt)
+        return self.rotors.wrench(rpm)
 
     def observe(self, state: RobotState, last_action: np.ndarray, out: np.ndarray) -> None:
         """Write the (N, 22) observation (:data:`OBS_LAYOUT`); keeps what :meth:`evaluate` needs."""
@@ -362,6 +380,12 @@ def _robot(value: Any) -> RobotDescription:
             f"with no actuated joints, got {list(robot.joint_names)}"
         )
     return robot
+
+
+def _choice(name: str, value: Any, valid: tuple[str, ...]) -> str:
+    if value not in valid:
+        raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
+    return str(value)
 
 
 def _vec3(name: str, value: Any) -> tuple[float, float, float]:
