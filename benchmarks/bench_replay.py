@@ -163,12 +163,7 @@ class SharedOptimized(Shared):
 
 
 BASELINE_REV = "HEAD"
-_BASELINE_FILES = {
-    "unilab_gym/replay/__init__.py": "replay/__init__.py",
-    "unilab_gym/replay/layout.py": "replay/layout.py",
-    "unilab_gym/replay/storage.py": "replay/storage.py",
-    "unilab_gym/replay/integrity.py": "replay/integrity.py",
-    "unilab_gym/replay/torch_sampler.py": "replay/torch_sampler.py",
+_BASELINE_FILES = {  # and every module of unilab_gym/replay/ at that revision
     "unilab_gym/shm.py": "shm.py",
     "integrations/sb3_replay.py": "sb3_replay.py",
 }
@@ -183,7 +178,11 @@ def _baseline_class(rev: str) -> Any:
     pkg = os.path.join(tmp, "unilab_gym_baseline")
     os.makedirs(os.path.join(pkg, "replay"))
     open(os.path.join(pkg, "__init__.py"), "w").close()
-    for src, dst in _BASELINE_FILES.items():
+    listed = subprocess.run(
+        ["git", "ls-tree", "--name-only", rev, "unilab_gym/replay/"], cwd=root, capture_output=True, text=True
+    ).stdout.split()
+    replay = {src: src.removeprefix("unilab_gym/") for src in listed if src.endswith(".py")}
+    for src, dst in {**replay, **_BASELINE_FILES}.items():
         try:
             text = subprocess.run(
                 ["git", "show", f"{rev}:{src}"], cwd=root, capture_output=True, text=True, check=True
