@@ -23,6 +23,8 @@ from gymnasium.envs import registration as gym_registration
 
 QUADRUPED_ID = "UniLab/Quadruped-v0"
 QUADROTOR_ID = "UniLab/Quadrotor-v0"
+PANDA_REACH_ID = "UniLab/PandaReach-v0"
+PANDA_PICK_ID = "UniLab/PandaPick-v0"
 
 
 def make_quadruped(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
@@ -78,6 +80,37 @@ def make_quadrotor(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
     return QuadrotorVectorEnv(num_envs, **kwargs)
 
 
+def _make_panda(env_id: str, num_envs: int | None, caller: Any, kwargs: dict[str, Any]) -> gym.Env:
+    """A Panda env of ``env_id`` (see :func:`make_panda_reach`)."""
+    from unilab_gym import envs_panda
+
+    reach = env_id == PANDA_REACH_ID
+    if num_envs is None:
+        return (envs_panda.PandaReachEnv if reach else envs_panda.PandaPickEnv)(**kwargs)
+    limit = _gym_make_time_limit(caller)
+    if limit is not None:
+        raise ValueError(
+            f"gym.make({env_id!r}, num_envs={num_envs!r}, max_episode_steps={limit!r}) would wrap the vector "
+            "env in a single-env TimeLimit; give the limit to the env instead: "
+            f"gym.make_vec({env_id!r}, num_envs={num_envs!r}, max_episode_steps={limit!r})"
+        )
+    return (envs_panda.PandaReachVectorEnv if reach else envs_panda.PandaPickVectorEnv)(num_envs, **kwargs)
+
+
+def make_panda_reach(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
+    """The entry point of ``UniLab/PandaReach-v0``, for ``gym.make`` and ``gym.make_vec``: a
+    :class:`~unilab_gym.envs_panda.PandaReachEnv` (``num_envs=None``) or a
+    :class:`~unilab_gym.envs_panda.PandaReachVectorEnv` of ``num_envs`` envs (see :func:`make_quadruped` for the
+    arguments and errors)."""
+    return _make_panda(PANDA_REACH_ID, num_envs, sys._getframe(1), kwargs)
+
+
+def make_panda_pick(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
+    """The entry point of ``UniLab/PandaPick-v0``: a :class:`~unilab_gym.envs_panda.PandaPickEnv` or a
+    :class:`~unilab_gym.envs_panda.PandaPickVectorEnv` (as :func:`make_panda_reach`)."""
+    return _make_panda(PANDA_PICK_ID, num_envs, sys._getframe(1), kwargs)
+
+
 def _gym_make_time_limit(caller: Any) -> Any:
     """The ``max_episode_steps`` of the ``TimeLimit`` ``gym.make`` will wrap around the env, if ``caller`` (the
     frame calling the entry point) is ``gym.make`` and it will wrap one; else ``None``.
@@ -96,6 +129,15 @@ def _gym_make_time_limit(caller: Any) -> Any:
 
 def register_envs() -> None:
     """Register the ids (idempotent)."""
+    for env_id, entry in ((PANDA_REACH_ID, "make_panda_reach"), (PANDA_PICK_ID, "make_panda_pick")):
+        if env_id not in gym.registry:
+            gym.register(
+                id=env_id,
+                entry_point=f"unilab_gym.registration:{entry}",
+                vector_entry_point=f"unilab_gym.registration:{entry}",
+                disable_env_checker=True,
+                order_enforce=False,
+            )
     if QUADROTOR_ID not in gym.registry:
         gym.register(
             id=QUADROTOR_ID,

@@ -22,6 +22,7 @@ import numbers
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from unilab_gym.latency import StepLatency
 from unilab_gym.memory import check_memory
 from unilab_gym.randomization import PARAMETER_NAMES
 from unilab_gym.sim import a1
+from unilab_gym.sim.scene import ObjectEpisodes
 from unilab_gym.sim.world import ClusterWorld, RobotState
 from unilab_gym.tasks.base import ACTUATIONS, Task
 from unilab_gym.tasks.config import check_task_kwargs
@@ -292,7 +294,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             raise
         mass = self._clusters[0][1].nominal_trunk_mass
         lowest = config.domain_randomization.low[_COL["added_mass"]]
-        if mass + lowest <= 0.0:
+        if not self.robot.fixed_base and mass + lowest <= 0.0:  # a fixed base has no mass (added_mass unused)
             self.close_extras()
             raise ValueError(
                 f"domain_randomization['added_mass'] reaches {lowest} kg, which leaves robot {self.robot.name!r}'s "
@@ -608,7 +610,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             self._push(restarting)
         if self._external:  # the task turns the applied action into forces (_simulate)
             return applied
-        return self.nominal_joint_pos + self.action_scale * applied
+        return self.task.joint_targets(applied, self.action_scale)
 
     def _simulate(self, targets: np.ndarray, restarting: np.ndarray) -> int:
         """Advance every cluster world one slice toward ``targets``, then read the robot states back.
@@ -809,6 +811,10 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
                 trunk_mass = world.nominal_trunk_mass + params[inside, _COL["added_mass"]]
                 world.set_dynamics(local, params[inside, _COL["friction"]], trunk_mass, com[inside])
                 world.reset_robots(local, lanes[inside], joint_pos[inside])
+                if world.objects is not None and self.task.objects is not None:  # Scene(objects=True)
+                    envs = idx[inside]
+                    episodes = {f.name: getattr(self.task.objects, f.name)[envs] for f in fields(ObjectEpisodes)}
+                    world.reset_objects(local, lanes[inside], episodes)
         self.episode_step[idx] = 0
         self._last_action[idx] = 0.0
         self.task.start_episodes(idx)

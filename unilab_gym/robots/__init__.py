@@ -13,6 +13,7 @@ Shipped robots (all URDFs in ``pybullet_data``): ``"a1"`` (the default), ``"alie
 from __future__ import annotations
 
 from unilab_gym.robots.description import RobotDescription, resolve_urdf
+from unilab_gym.robots.panda import PANDA
 from unilab_gym.robots.quadrupeds import A1, ALIENGO, LAIKAGO, MINI_CHEETAH
 
 #: The shipped robots by name: ``robot=NAME`` of ``UniLab/Quadruped-v0``.
@@ -58,6 +59,7 @@ __all__ = [
     "ALIENGO",
     "LAIKAGO",
     "MINI_CHEETAH",
+    "PANDA",
     "ROBOTS",
     "RobotDescription",
     "get_robot",

@@ -91,6 +91,9 @@ class RobotDescription:
     """Torque limit of each joint in N·m, > 0; ``None``: the URDF's ``<limit effort=...>`` (which must then be > 0)."""
     action_scale: float = 0.25
     """Joint target offset in rad per unit of action, > 0: the default ``action_scale`` of a task."""
+    fixed_base: bool = False
+    """Whether the base is fixed in the world (a manipulator bolted to the ground; pybullet ``useFixedBase``). The
+    base is still placed at each reset (lane, ``spawn_height``)."""
     use_urdf_inertia: bool = False
     """Load the URDF's ``<inertia>`` tensors (pybullet ``URDF_USE_INERTIA_FROM_FILE``); ``False`` (default):
     pybullet computes each link's inertia from its collision shapes and mass, as for the shipped quadrupeds."""
@@ -125,6 +128,9 @@ class RobotDescription:
         if not isinstance(self.use_urdf_inertia, (bool, np.bool_)):
             raise ValueError(f"{owner}: use_urdf_inertia must be True or False, got {self.use_urdf_inertia!r}")
         set_(self, "use_urdf_inertia", bool(self.use_urdf_inertia))
+        if not isinstance(self.fixed_base, (bool, np.bool_)):
+            raise ValueError(f"{owner}: fixed_base must be True or False, got {self.fixed_base!r}")
+        set_(self, "fixed_base", bool(self.fixed_base))
         for name in ("spawn_height", "standing_height", "action_scale"):
             set_(self, name, check_real(f"{owner}: {name}", getattr(self, name), minimum=0.0, exclusive_minimum=True))
 

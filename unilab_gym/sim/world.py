@@ -74,6 +74,7 @@ p = _import_pybullet()
 
 from unilab_gym.robots import A1, RobotDescription  # noqa: E402
 from unilab_gym.sim import a1  # noqa: E402
+from unilab_gym.sim.objects import ObjectSet  # noqa: E402
 from unilab_gym.sim.rotation import quat_rotate  # noqa: E402
 from unilab_gym.sim.scene import Scene  # noqa: E402
 
@@ -116,6 +117,27 @@ class RobotState:
     FR thigh, FR calf, FL thigh, ..., :data:`unilab_gym.sim.a1.LEG_LINK_NAMES`)."""
     torques: np.ndarray
     """(n, J) joint torques in N·m: the PD torques applied during the last substep (0 after a reset)."""
+    end_effector_pos: np.ndarray = None  # type: ignore[assignment]  # zeros(n, 3) when not given
+    """(n, 3) position in m of the robot's ``end_effector_link`` frame, world frame (0 without one)."""
+    end_effector_vel: np.ndarray = None  # type: ignore[assignment]
+    """(n, 3) linear velocity in m/s of the ``end_effector_link``, world frame (0 without one)."""
+    object_pos: np.ndarray = None  # type: ignore[assignment]
+    """(n, 3) position in m of each env's object (``Scene(objects=True)``), world frame (0 without objects)."""
+    object_quat: np.ndarray = None  # type: ignore[assignment]
+    """(n, 4) orientation of the object, unit quaternion (x, y, z, w), object -> world."""
+    object_lin_vel: np.ndarray = None  # type: ignore[assignment]
+    """(n, 3) linear velocity in m/s of the object, world frame."""
+    object_ang_vel: np.ndarray = None  # type: ignore[assignment]
+    """(n, 3) angular velocity in rad/s of the object, world frame."""
+
+    def __post_init__(self) -> None:
+        """Allocate the optional (end-effector, object) arrays left out: zeros of n rows."""
+        n = self.base_pos.shape[0]
+        for name, width in _OPTIONAL_WIDTHS.items():
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros((n, width)))
+                if name == "object_quat":
+                    self.object_quat[:, 3] = 1.0  # the identity
 
     @classmethod
     def zeros(cls, n: int, robot: RobotDescription = A1) -> RobotState:
@@ -149,6 +171,17 @@ class RobotState:
 
     def __len__(self) -> int:
         return self.base_pos.shape[0]
+
+
+#: Width of each optional :class:`RobotState` array.
+_OPTIONAL_WIDTHS = {
+    "end_effector_pos": 3,
+    "end_effector_vel": 3,
+    "object_pos": 3,
+    "object_quat": 4,
+    "object_lin_vel": 3,
+    "object_ang_vel": 3,
+}
 
 
 def _lane_y(lane: int) -> float:
@@ -227,7 +260,7 @@ class ClusterWorld:
         self._robots: list[int] = []
         for i in range(num_robots):
             spawn = [0.0, _lane_y(i % a1.NUM_LANES), robot.spawn_height]
-            body = p.loadURDF(robot.urdf_path, spawn, flags=flags, physicsClientId=c)
+            body = p.loadURDF(robot.urdf_path, spawn, flags=flags, useFixedBase=robot.fixed_base, physicsClientId=c)
             for link in range(-1, p.getNumJoints(body, physicsClientId=c)):
                 p.setCollisionFilterGroupMask(body, link, _ROBOT_GROUP, _GROUND_GROUP, physicsClientId=c)
             self._robots.append(body)
@@ -243,6 +276,7 @@ class ClusterWorld:
         self._contact_hits = np.zeros((num_robots, len(columns)), dtype=bool)
         self._foot_columns = [columns.index(n) for n in robot.foot_links]
         self._leg_columns = [columns.index(n) for n in robot.contact_links]
+        self._ee_link = None if robot.end_effector_link is None else columns.index(robot.end_effector_link) - 1
         self._row_of_body = np.full(max(self._robots) + 1, -1, dtype=np.int64)
         self._row_of_body[self._robots] = np.arange(num_robots)
         self._fresh = np.zeros(num_robots, dtype=bool)  # reset since the last physics step
@@ -263,6 +297,8 @@ class ClusterWorld:
         self._trunk_mass = np.full(num_robots, self.nominal_trunk_mass)
         self._com_offset = np.zeros((num_robots, 3))
         self._offset_robots = np.zeros(0, dtype=np.int64)  # robots with a non-zero centre-of-mass offset
+        #: The objects (``scene.objects``), one per robot, or ``None``.
+        self.objects = ObjectSet(p, c, self._robots, self._links) if scene.objects else None
         for body in self._robots:
             # pybullet's default velocity motors would fight the torques we apply.
             p.setJointMotorControlArray(
@@ -338,16 +374,33 @@ class ClusterWorld:
         c = self._client
         for row, i in enumerate(idx):
             robot = self._robots[i]
-            p.changeDynamics(robot, -1, mass=float(trunk_mass[row]), physicsClientId=c)
-            if self.robot.use_urdf_inertia:  # changeDynamics(mass=) recomputed it from the collision shapes
-                inertia = self._nominal_inertia * (float(trunk_mass[row]) / self.nominal_trunk_mass)
-                p.changeDynamics(robot, -1, localInertiaDiagonal=inertia.tolist(), physicsClientId=c)
+            if not self.robot.fixed_base:  # a fixed base has no mass to change (pybullet loads it with 0)
+                p.changeDynamics(robot, -1, mass=float(trunk_mass[row]), physicsClientId=c)
+                if self.robot.use_urdf_inertia:  # changeDynamics(mass=) recomputed it from the collision shapes
+                    inertia = self._nominal_inertia * (float(trunk_mass[row]) / self.nominal_trunk_mass)
+                    p.changeDynamics(robot, -1, localInertiaDiagonal=inertia.tolist(), physicsClientId=c)
             mu = float(friction[row])
             for link in self._links:
                 p.changeDynamics(robot, link, lateralFriction=mu, physicsClientId=c)
         self._trunk_mass[idx] = trunk_mass
         self._com_offset[idx] = com_offset
         self._offset_robots = np.flatnonzero(np.any(self._com_offset != 0.0, axis=1))
+
+    def reset_objects(self, idx: np.ndarray, lanes: np.ndarray, episodes: dict[str, np.ndarray]) -> None:
+        """Build new objects for robots ``idx`` (``Scene(objects=True)``), after :meth:`reset_robots`.
+
+        Args:
+            idx: (k,) int, robot indices in this world.
+            lanes: (k,) int, the lanes the robots were reset in (the object is placed relative to its robot's base).
+            episodes: the k rows of each field of :class:`~unilab_gym.sim.scene.ObjectEpisodes` by name
+                (``shape``, ``size``, ``mass``, ``friction``, ``position``, ``yaw``; see
+                :meth:`unilab_gym.sim.objects.ObjectSet.reset`).
+        """
+        assert self.objects is not None, "reset_objects needs a Scene with objects=True"
+        base = np.zeros((len(idx), 3))
+        base[:, 1] = [_lane_y(int(lane)) for lane in lanes]
+        base[:, 2] = self._spawn_height
+        self.objects.reset(idx, base, **episodes)
 
     def push(self, idx: np.ndarray, delta_v: np.ndarray) -> None:
         """Add ``delta_v`` ((k, 3) m/s, world frame) to the base linear velocity of robots ``idx``."""
@@ -445,9 +498,19 @@ class ClusterWorld:
                 states = p.getJointStates(robot, self.joint_ids, physicsClientId=c)
                 st.joint_pos[i] = [s[0] for s in states]
                 st.joint_vel[i] = [s[1] for s in states]
+        if self._ee_link is not None:
+            for i, robot in enumerate(self._robots):
+                link = p.getLinkState(
+                    robot, self._ee_link, computeLinkVelocity=1, computeForwardKinematics=1, physicsClientId=c
+                )
+                st.end_effector_pos[i] = link[4]  # the link frame's origin (link[0] is its centre of mass)
+                st.end_effector_vel[i] = link[6]
         hits = self._contact_hits
         hits[:] = False
         points = p.getContactPoints(bodyA=self._plane, physicsClientId=c)  # body B: a robot, link B: its link
+        if self.objects is not None:
+            self.objects.read(st.object_pos, st.object_quat, st.object_lin_vel, st.object_ang_vel)
+            points = [pt for pt in points if pt[2] < len(self._row_of_body) and self._row_of_body[pt[2]] >= 0]
         if points:
             hits[self._row_of_body[[pt[2] for pt in points]], [pt[4] + 1 for pt in points]] = True
         hits[self._fresh] = False

@@ -27,7 +27,7 @@ import numpy as np
 
 from unilab_gym.randomization import DomainRandomization
 from unilab_gym.robots import RobotDescription
-from unilab_gym.sim.scene import Scene
+from unilab_gym.sim.scene import ObjectEpisodes, Scene
 
 #: The values of :attr:`Task.actuation`.
 ACTUATIONS = ("joint_pd", "external")
@@ -114,6 +114,9 @@ class Task(ABC):
         nominal_joint_pos: (N, J) float64, the robot's nominal pose, per env.
         episode_parameters: (N, len(:attr:`episode_parameter_names`)) float64, each env's episode parameters for
             its current episode (written by :meth:`sample_episode`, from the episode's stream); in the trace.
+        objects: ``None`` (default), or with ``scene.objects`` each env's object for its current episode
+            (:class:`~unilab_gym.sim.scene.ObjectEpisodes`, written by :meth:`sample_episode`); the engine builds it
+            in the physics world at the env's reset.
     """
 
     #: Policy observation width.
@@ -145,6 +148,7 @@ class Task(ABC):
         self.scene = Scene()
         self.command = np.zeros((num_envs, self.command_dim))
         self.episode_parameters = np.zeros((num_envs, len(self.episode_parameter_names)))
+        self.objects: ObjectEpisodes | None = None
         self.nominal_joint_pos = np.tile(np.array(self.robot.nominal_joint_pos), (num_envs, 1))
 
     @classmethod
@@ -228,6 +232,12 @@ class Task(ABC):
             NotImplementedError: the default, for a ``"joint_pd"`` task.
         """
         raise NotImplementedError(f"{type(self).__name__} has actuation {self.actuation!r}: it defines no forces()")
+
+    def joint_targets(self, action: np.ndarray, action_scale: float) -> np.ndarray:
+        """(N, J) float64 joint position targets (rad, m for prismatic joints) of the (N, :attr:`act_dim`) applied
+        action (``"joint_pd"`` actuation). Default: ``nominal pose + action_scale * action`` (one target per joint);
+        a task whose action is not one number per joint (e.g. one gripper action for two fingers) maps it here."""
+        return self.nominal_joint_pos + action_scale * action
 
     def step_info(self) -> dict[str, np.ndarray]:
         """Task-specific entries of this step's info, each (N,) (e.g. ``"is_success"``, bool), computed in the
