@@ -22,6 +22,7 @@ import gymnasium as gym
 from gymnasium.envs import registration as gym_registration
 
 QUADRUPED_ID = "UniLab/Quadruped-v0"
+QUADRUPED_ROUGH_ID = "UniLab/QuadrupedRough-v0"
 QUADROTOR_ID = "UniLab/Quadrotor-v0"
 PANDA_REACH_ID = "UniLab/PandaReach-v0"
 PANDA_PICK_ID = "UniLab/PandaPick-v0"
@@ -111,6 +112,27 @@ def make_panda_pick(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
     return _make_panda(PANDA_PICK_ID, num_envs, sys._getframe(1), kwargs)
 
 
+def make_quadruped_rough(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
+    """The entry point of ``UniLab/QuadrupedRough-v0``, for ``gym.make`` and ``gym.make_vec``: a
+    :class:`~unilab_gym.envs_rough.QuadrupedRoughEnv` (``num_envs=None``) or a
+    :class:`~unilab_gym.envs_rough.QuadrupedRoughVectorEnv` of ``num_envs`` envs (see :func:`make_quadruped` for
+    the arguments and errors)."""
+    if num_envs is None:
+        from unilab_gym.envs_rough import QuadrupedRoughEnv
+
+        return QuadrupedRoughEnv(**kwargs)
+    limit = _gym_make_time_limit(sys._getframe(1))
+    if limit is not None:
+        raise ValueError(
+            f"gym.make({QUADRUPED_ROUGH_ID!r}, num_envs={num_envs!r}, max_episode_steps={limit!r}) would wrap the "
+            "vector env in a single-env TimeLimit; give the limit to the env instead: "
+            f"gym.make_vec({QUADRUPED_ROUGH_ID!r}, num_envs={num_envs!r}, max_episode_steps={limit!r})"
+        )
+    from unilab_gym.envs_rough import QuadrupedRoughVectorEnv
+
+    return QuadrupedRoughVectorEnv(num_envs, **kwargs)
+
+
 def _gym_make_time_limit(caller: Any) -> Any:
     """The ``max_episode_steps`` of the ``TimeLimit`` ``gym.make`` will wrap around the env, if ``caller`` (the
     frame calling the entry point) is ``gym.make`` and it will wrap one; else ``None``.
@@ -129,6 +151,14 @@ def _gym_make_time_limit(caller: Any) -> Any:
 
 def register_envs() -> None:
     """Register the ids (idempotent)."""
+    if QUADRUPED_ROUGH_ID not in gym.registry:
+        gym.register(
+            id=QUADRUPED_ROUGH_ID,
+            entry_point="unilab_gym.registration:make_quadruped_rough",
+            vector_entry_point="unilab_gym.registration:make_quadruped_rough",
+            disable_env_checker=True,
+            order_enforce=False,
+        )
     for env_id, entry in ((PANDA_REACH_ID, "make_panda_reach"), (PANDA_PICK_ID, "make_panda_pick")):
         if env_id not in gym.registry:
             gym.register(

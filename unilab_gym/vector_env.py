@@ -39,7 +39,7 @@ from unilab_gym.memory import check_memory
 from unilab_gym.randomization import PARAMETER_NAMES
 from unilab_gym.sim import a1
 from unilab_gym.sim.scene import ObjectEpisodes
-from unilab_gym.sim.world import ClusterWorld, RobotState
+from unilab_gym.sim.world import ClusterWorld, RobotState, lane_origins
 from unilab_gym.tasks.base import ACTUATIONS, Task
 from unilab_gym.tasks.config import check_task_kwargs
 from unilab_gym.tasks.quadruped import QuadrupedTask
@@ -810,7 +810,13 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
                 local = idx[inside] - rows.start
                 trunk_mass = world.nominal_trunk_mass + params[inside, _COL["added_mass"]]
                 world.set_dynamics(local, params[inside, _COL["friction"]], trunk_mass, com[inside])
-                world.reset_robots(local, lanes[inside], joint_pos[inside])
+                terrain = self.task.terrain if world.terrain is not None else None  # Scene(terrain=True)
+                if terrain is not None:
+                    envs = idx[inside]
+                    world.reset_terrain(local, lanes[inside], terrain.heights[envs], terrain.horizontal_scale)
+                    terrain.origin[envs] = lane_origins(lanes[inside])
+                ground = None if terrain is None else terrain.spawn_height(idx[inside])
+                world.reset_robots(local, lanes[inside], joint_pos[inside], ground)
                 if world.objects is not None and self.task.objects is not None:  # Scene(objects=True)
                     envs = idx[inside]
                     episodes = {f.name: getattr(self.task.objects, f.name)[envs] for f in fields(ObjectEpisodes)}

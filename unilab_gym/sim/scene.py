@@ -45,6 +45,31 @@ class ObjectEpisodes:
         return cls(np.zeros(n, np.int64), np.zeros((n, 3)), np.zeros(n), np.zeros(n), np.zeros((n, 3)), np.zeros(n))
 
 
+@dataclass
+class TerrainEpisodes:
+    """Each env's terrain tile for its current episode (``Scene(terrain=True)``), written by the task in
+    :meth:`~unilab_gym.tasks.base.Task.sample_episode`; the engine hands the rows of the envs it resets to the physics
+    layer, which gives each robot's tile these heights, centred on the robot's spawn point
+    (:mod:`unilab_gym.sim.terrain`), and writes that centre into :attr:`origin`."""
+
+    heights: np.ndarray
+    """(N, n, n) float32 heights in m (row = y, column = x), centred on the tile's centre (world z = height)."""
+    horizontal_scale: float
+    """Grid spacing in m."""
+    origin: np.ndarray
+    """(N, 2) float64 world x, y in m of each tile's centre (the robot's spawn point), written by the engine."""
+
+    @classmethod
+    def zeros(cls, n: int, cells: int, horizontal_scale: float) -> TerrainEpisodes:
+        """``n`` flat tiles of ``cells`` x ``cells`` points."""
+        return cls(np.zeros((n, cells, cells), np.float32), float(horizontal_scale), np.zeros((n, 2)))
+
+    def spawn_height(self, rows: np.ndarray) -> np.ndarray:
+        """(k,) m: the height of the tiles ``rows`` at their centre (where the robot spawns)."""
+        c = (self.heights.shape[-1] - 1) // 2
+        return self.heights[rows, c, c].astype(np.float64)
+
+
 @dataclass(frozen=True)
 class Scene:
     """The static world around the robots.
@@ -63,6 +88,10 @@ class Scene:
     """One free rigid object per env (``True``): built and shaped anew at each of its episodes from the task's
     :attr:`~unilab_gym.tasks.base.Task.objects` (:class:`ObjectEpisodes`); it collides with the ground and its own
     env's robot only; its state is in :class:`~unilab_gym.sim.world.RobotState` (``object_pos``, ...)."""
+    terrain: bool = False
+    """One heightfield tile per env (``True``), given new heights at each of its episodes from the task's
+    :attr:`~unilab_gym.tasks.base.Task.terrain` (:class:`TerrainEpisodes`); it collides with its own env's robot
+    only, and the plane then collides with no robot."""
 
     def __post_init__(self) -> None:
         if self.ground not in GROUNDS:
@@ -72,3 +101,5 @@ class Scene:
         )
         if not isinstance(self.objects, (bool, np.bool_)):
             raise ValueError(f"Scene: objects must be True or False, got {self.objects!r}")
+        if not isinstance(self.terrain, (bool, np.bool_)):
+            raise ValueError(f"Scene: terrain must be True or False, got {self.terrain!r}")

@@ -77,6 +77,7 @@ from unilab_gym.sim import a1  # noqa: E402
 from unilab_gym.sim.objects import ObjectSet  # noqa: E402
 from unilab_gym.sim.rotation import quat_rotate  # noqa: E402
 from unilab_gym.sim.scene import Scene  # noqa: E402
+from unilab_gym.sim.terrain import TerrainSet  # noqa: E402
 
 _ROBOT_GROUP = 2  # collision group of every robot link
 _GROUND_GROUP = 1  # collision group of the plane
@@ -189,6 +190,13 @@ def _lane_y(lane: int) -> float:
     return (lane - a1.NUM_LANES // 2) * a1.LANE_SPACING
 
 
+def lane_origins(lanes: np.ndarray) -> np.ndarray:
+    """(k, 2) float64 world x, y in m of the spawn points of lanes ``lanes`` ((k,) int): x 0, y :func:`_lane_y`."""
+    out = np.zeros((len(lanes), 2))
+    out[:, 1] = [_lane_y(int(lane)) for lane in lanes]
+    return out
+
+
 class ClusterWorld:
     """A pybullet world with ``num_robots`` robots of one description advanced in lockstep.
 
@@ -299,6 +307,10 @@ class ClusterWorld:
         self._offset_robots = np.zeros(0, dtype=np.int64)  # robots with a non-zero centre-of-mass offset
         #: The objects (``scene.objects``), one per robot, or ``None``.
         self.objects = ObjectSet(p, c, self._robots, self._links) if scene.objects else None
+        #: The heightfield tiles (``scene.terrain``), one per robot, or ``None``; the plane then touches no robot.
+        self.terrain = TerrainSet(p, c, self._robots, self._links, scene.ground_friction) if scene.terrain else None
+        if self.terrain is not None:
+            p.setCollisionFilterGroupMask(self._plane, -1, 0, 0, physicsClientId=c)
         for body in self._robots:
             # pybullet's default velocity motors would fight the torques we apply.
             p.setJointMotorControlArray(
@@ -338,18 +350,23 @@ class ClusterWorld:
                     "torque_limits is None: set torque_limits (N·m per joint) in the RobotDescription"
                 )
 
-    def reset_robots(self, idx: np.ndarray, lanes: np.ndarray, joint_pos: np.ndarray) -> None:
+    def reset_robots(
+        self, idx: np.ndarray, lanes: np.ndarray, joint_pos: np.ndarray, ground_height: np.ndarray | None = None
+    ) -> None:
         """Put robots ``idx`` upright and at rest at the start of lanes ``lanes``.
 
         Args:
             idx: (k,) int, robot indices in this world.
             lanes: (k,) int in [0, NUM_LANES), lane of each robot (see :func:`_lane_y`).
             joint_pos: (k, 12) float64, joint angles in rad.
+            ground_height: ``None`` (the plane, z = 0) or (k,) m, the ground's height under each spawn point (a
+                terrain tile's): the robot spawns ``spawn_height`` above it.
         """
         c = self._client
         for row, i in enumerate(idx):
             robot = self._robots[i]
-            base = [0.0, _lane_y(int(lanes[row])), self._spawn_height]
+            z = self._spawn_height if ground_height is None else self._spawn_height + float(ground_height[row])
+            base = [0.0, _lane_y(int(lanes[row])), z]
             p.resetBasePositionAndOrientation(robot, base, [0.0, 0.0, 0.0, 1.0], physicsClientId=c)
             p.resetBaseVelocity(robot, [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], physicsClientId=c)
             for k, j in enumerate(self.joint_ids):
@@ -401,6 +418,18 @@ class ClusterWorld:
         base[:, 1] = [_lane_y(int(lane)) for lane in lanes]
         base[:, 2] = self._spawn_height
         self.objects.reset(idx, base, **episodes)
+
+    def reset_terrain(self, idx: np.ndarray, lanes: np.ndarray, heights: np.ndarray, horizontal_scale: float) -> None:
+        """Build new terrain tiles for robots ``idx`` (``Scene(terrain=True)``), centred on their lanes' spawn points.
+
+        Args:
+            idx: (k,) int, robot indices in this world.
+            lanes: (k,) int, the lanes the robots are reset in.
+            heights: (k, n, n) float32 tiles in m (:class:`~unilab_gym.sim.scene.TerrainEpisodes`).
+            horizontal_scale: grid spacing in m.
+        """
+        assert self.terrain is not None, "reset_terrain needs a Scene with terrain=True"
+        self.terrain.reset(idx, lane_origins(lanes), heights, horizontal_scale)
 
     def push(self, idx: np.ndarray, delta_v: np.ndarray) -> None:
         """Add ``delta_v`` ((k, 3) m/s, world frame) to the base linear velocity of robots ``idx``."""
@@ -507,7 +536,10 @@ class ClusterWorld:
                 st.end_effector_vel[i] = link[6]
         hits = self._contact_hits
         hits[:] = False
-        points = p.getContactPoints(bodyA=self._plane, physicsClientId=c)  # body B: a robot, link B: its link
+        if self.terrain is None:
+            points = p.getContactPoints(bodyA=self._plane, physicsClientId=c)  # body B: a robot, link B: its link
+        else:
+            points = self.terrain.contact_points()  # body A: a tile, body B: its robot
         if self.objects is not None:
             self.objects.read(st.object_pos, st.object_quat, st.object_lin_vel, st.object_ang_vel)
             points = [pt for pt in points if pt[2] < len(self._row_of_body) and self._row_of_body[pt[2]] >= 0]

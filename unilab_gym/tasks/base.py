@@ -27,7 +27,7 @@ import numpy as np
 
 from unilab_gym.randomization import DomainRandomization
 from unilab_gym.robots import RobotDescription
-from unilab_gym.sim.scene import ObjectEpisodes, Scene
+from unilab_gym.sim.scene import ObjectEpisodes, Scene, TerrainEpisodes
 
 #: The values of :attr:`Task.actuation`.
 ACTUATIONS = ("joint_pd", "external")
@@ -117,6 +117,9 @@ class Task(ABC):
         objects: ``None`` (default), or with ``scene.objects`` each env's object for its current episode
             (:class:`~unilab_gym.sim.scene.ObjectEpisodes`, written by :meth:`sample_episode`); the engine builds it
             in the physics world at the env's reset.
+        terrain: ``None`` (default), or with ``scene.terrain`` each env's heightfield tile for its current episode
+            (:class:`~unilab_gym.sim.scene.TerrainEpisodes`, heights written by :meth:`sample_episode`); the engine
+            builds it at the env's reset, spawns the robot above its centre and writes the centre into ``origin``.
     """
 
     #: Policy observation width.
@@ -149,6 +152,7 @@ class Task(ABC):
         self.command = np.zeros((num_envs, self.command_dim))
         self.episode_parameters = np.zeros((num_envs, len(self.episode_parameter_names)))
         self.objects: ObjectEpisodes | None = None
+        self.terrain: TerrainEpisodes | None = None
         self.nominal_joint_pos = np.tile(np.array(self.robot.nominal_joint_pos), (num_envs, 1))
 
     @classmethod
