@@ -7,7 +7,9 @@ contact-penalized links, base, end effector), an action scale and where to spawn
 cluster, and checks the names against the URDF when it loads it. Nothing here imports pybullet.
 
 Shipped robots (all URDFs in ``pybullet_data``): ``"a1"`` (the default), ``"aliengo"``, ``"laikago"``,
-``"mini_cheetah"``; see :mod:`unilab_gym.robots.quadrupeds` for each one's numbers and their sources.
+``"mini_cheetah"``; see :mod:`unilab_gym.robots.quadrupeds` for each one's numbers and their sources. The Franka
+Panda arm (:data:`PANDA`, :mod:`unilab_gym.robots.panda`) is the robot of the Panda tasks, not a quadruped: it is not
+in :data:`ROBOTS`.
 """
 
 from __future__ import annotations

@@ -134,7 +134,3 @@ class ObjectSet:
             quat[i] = xyzw
             lin_vel[i] = lin
             ang_vel[i] = ang
-
-    def is_object(self, bodies: np.ndarray) -> np.ndarray:
-        """(m,) bool: which of the body ids ``bodies`` are objects of this set."""
-        return np.isin(bodies, self.bodies[self.bodies >= 0])
