@@ -374,3 +374,106 @@ def busy_warning(start: dict[str, Any], end: dict[str, Any], max_busy_cores: flo
         "are slower and noisier than on an idle machine, and multi-process configurations (AsyncRunner, "
         "SubprocVecEnv) lose the most: they need free cores"
     )
+
+
+#: The fields that name one entry of a per-task results file (``tasks.json``, ``bench_tasks.json``).
+TASK_KEY = ("task", "robot")
+
+
+def read_task_results(path: str) -> dict[str, Any]:
+    """The per-task results file at ``path``: ``{"tasks": [entry, ...], ...}``; an empty one if there is no file.
+
+    JSON only (nothing is unpickled). Each entry is a dict with (at least) the :data:`TASK_KEY` fields.
+
+    Raises:
+        ValueError: ``path`` exists but is not JSON, or has no ``"tasks"`` list of entries with ``task`` and
+            ``robot`` (the message names the path; the file is left as it is).
+    """
+    if not os.path.exists(path):
+        return {"tasks": []}
+    try:
+        with open(path) as f:
+            payload = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a per-task results file (JSON with a 'tasks' list): {e}") from None
+    entries = payload.get("tasks") if isinstance(payload, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and set(TASK_KEY) <= set(e) for e in entries):
+        raise ValueError(
+            f"{path}: not a per-task results file: need a top-level 'tasks' list of objects with keys {list(TASK_KEY)}"
+        )
+    return payload
+
+
+def merge_task_results(path: str, entries: list[dict[str, Any]], **top_level: Any) -> dict[str, Any]:
+    """Merge ``entries`` into the per-task results file at ``path`` and write it; return what was written.
+
+    An entry replaces the file's entry with the same (``task``, ``robot``) (:data:`TASK_KEY`); the others stay
+    as they are. Entries are sorted by (task, robot). ``top_level`` items (e.g. ``machine``, ``load``, ``date``
+    of this run) replace the file's top-level items of the same name; a dict under ``details`` is merged key by
+    key instead (per-entry details, keyed by :func:`task_label`).
+
+    Raises:
+        ValueError: an entry lacks ``task`` or ``robot``, or the existing file is not a per-task results file
+            (:func:`read_task_results`); nothing is written then.
+    """
+    for entry in entries:
+        missing = [k for k in TASK_KEY if k not in entry]
+        if missing:
+            raise ValueError(f"entry {entry!r} lacks {missing}")
+    payload = read_task_results(path)
+    new = {tuple(e[k] for k in TASK_KEY): e for e in entries}
+    kept = [e for e in payload["tasks"] if tuple(e[k] for k in TASK_KEY) not in new]
+    merged = sorted([*kept, *new.values()], key=lambda e: tuple(str(e[k]) for k in TASK_KEY))
+    details = {**payload.get("details", {}), **top_level.pop("details", {})}
+    payload = {**payload, **top_level, "tasks": merged}
+    if details:
+        payload["details"] = details
+    write_json(path, payload)
+    return payload
+
+
+def task_label(task: str, robot: str) -> str:
+    """``"UniLab/Quadruped-v0 (aliengo)"``: the key of one (task, robot) in a results file's ``details``."""
+    return f"{task} ({robot})"
+
+
+def unilab_ids() -> list[str]:
+    """The registered ``UniLab/*`` Gymnasium ids, sorted (``import unilab_gym`` registers them)."""
+    import gymnasium as gym
+
+    import unilab_gym  # noqa: F401
+
+    return sorted(i for i in gym.registry if i.startswith("UniLab/"))
+
+
+def probe_task(task: str, robot: str | None = None) -> tuple[str, dict[str, Any]]:
+    """Check ``--task`` / ``--robot`` at the boundary by building one env; return (robot name, env kwargs).
+
+    Args:
+        task: a registered ``UniLab/*`` id (:func:`unilab_ids`).
+        robot: a robot name the task takes (``robot=``), or ``None`` for the task's default.
+
+    Returns:
+        The name of the robot the env holds (e.g. ``"a1"`` for the quadruped's default), and the env kwargs to
+        pass on (``{"robot": robot}`` or ``{}``).
+
+    Raises:
+        ValueError: ``task`` is not a registered ``UniLab/*`` id, or the env refused ``robot`` (the message
+            names ``--task`` or ``--robot`` and the value).
+    """
+    import gymnasium as gym
+
+    ids = unilab_ids()
+    if task not in ids:
+        raise ValueError(f"--task: {task!r} is not a registered UniLab id; registered: {ids}")
+    env_kwargs: dict[str, Any] = {} if robot is None else {"robot": robot}
+    try:
+        env = gym.make_vec(task, num_envs=1, **env_kwargs)
+    except (ValueError, TypeError, KeyError) as e:
+        where = f"--task {task!r}" if robot is None else f"--robot {robot!r} for {task}"
+        raise ValueError(f"{where}: {e}") from None
+    try:
+        name = str(env.unwrapped.robot.name)  # type: ignore[attr-defined]  # a UniLabVectorEnv
+    finally:
+        env.close()
+    return name, env_kwargs

@@ -90,7 +90,18 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import RESULTS_DIR, machine_info, publish_figure, run_interleaved, warn_if_busy, write_json
+from common import (
+    RESULTS_DIR,
+    machine_info,
+    merge_task_results,
+    probe_task,
+    publish_figure,
+    read_task_results,
+    run_interleaved,
+    task_label,
+    warn_if_busy,
+    write_json,
+)
 
 from unilab_gym.cli import HelpFormatter
 from unilab_gym.validation import check_positive, check_positive_int, check_real
@@ -190,9 +201,16 @@ def sac_kwargs(num_envs: int, learning_starts: int, buffer_size: int) -> dict[st
 
 
 def build(
-    config: Config, seed: int, num_envs: int, learning_starts: int, buffer_size: int, env_kwargs: dict[str, Any]
+    config: Config,
+    seed: int,
+    num_envs: int,
+    learning_starts: int,
+    buffer_size: int,
+    env_kwargs: dict[str, Any],
+    env_id: str = ID,
 ) -> tuple[Any, Callable[[int], Any], Callable[[], None]]:
-    """A configuration's model, ``learn(env_steps)`` (one segment, ``reset_num_timesteps=False``) and ``close()``."""
+    """A configuration's model on ``env_id``, ``learn(env_steps)`` (one segment, ``reset_num_timesteps=False``)
+    and ``close()``."""
     from stable_baselines3 import PPO, SAC
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -202,11 +220,11 @@ def build(
     common: dict[str, Any] = dict(seed=seed, device="cpu", verbose=0)
     model: Any
     if config.algo == "ppo":
-        env = VecNormalize(make_sb3_env(ID, num_envs, seed=seed, **env_kwargs), gamma=0.99)
+        env = VecNormalize(make_sb3_env(env_id, num_envs, seed=seed, **env_kwargs), gamma=0.99)
         model = PPO("MlpPolicy", env, **ppo_kwargs(num_envs), **common)
     else:
         # AsyncRunner's collectors step their own envs: the model's env only gives the spaces
-        env = make_sb3_env(ID, num_envs if config.runner == "stock" else 1, seed=seed, **env_kwargs)
+        env = make_sb3_env(env_id, num_envs if config.runner == "stock" else 1, seed=seed, **env_kwargs)
         kwargs = sac_kwargs(num_envs, learning_starts, buffer_size)
         model = SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, **kwargs, **common)
 
@@ -219,7 +237,7 @@ def build(
         return model, lambda steps: model.learn(steps, reset_num_timesteps=False), close_model
     runner = AsyncRunner(
         model,
-        env_id=ID,
+        env_id=env_id,
         num_collectors=2,
         envs_per_collector=num_envs // 2,
         env_kwargs=env_kwargs,
@@ -554,6 +572,258 @@ def report(payload: dict[str, Any], out: str, quiet: bool = False) -> None:
     print(f"wrote {out}/learning_check.{{json,md,png}}")
 
 
+# ----------------------------------------------------------------------------- per task (--task)
+#: The keys of one ``tasks.json`` entry, as issue 27 spells them; ``success_rate`` only where the task defines success.
+TASK_KEYS = ("task", "robot", "algo", "env_steps", "wall_clock_s", "return_random", "return_trained")
+#: Algorithms of ``--task`` (``--algo``): stock SB3, the configurations ``ppo-stock`` / ``sac-stock``.
+TASK_ALGOS = ("ppo", "sac")
+
+
+class TaskArgumentError(ValueError):
+    """A bad ``--task`` / ``--robot`` / ``--algo``, or an ``--out/tasks.json`` that is not a per-task results file."""
+
+
+class RandomPolicy:
+    """Uniform random actions in ``action_space`` (a ``Box``), from ``np.random.default_rng(seed)``: the baseline."""
+
+    def __init__(self, action_space: Any, seed: int = EVAL_SEED):
+        self.low, self.high = action_space.low, action_space.high
+        self.rng = np.random.default_rng(seed)
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> tuple[np.ndarray, None]:
+        """(len(obs), A) float32 actions, drawn whatever ``deterministic`` says."""
+        return self.rng.uniform(self.low, self.high, (len(obs), *self.low.shape)).astype(np.float32), None
+
+
+def evaluate_task(
+    policy: Any,
+    task: str,
+    n_episodes: int,
+    env_kwargs: dict[str, Any],
+    vecnormalize: Any = None,
+    seed: int = EVAL_SEED,
+) -> dict[str, Any]:
+    """The first episode of each of ``n_episodes`` envs of ``gym.make_vec(task)`` seeded ``seed + i``, under ``policy``.
+
+    Args:
+        policy: ``predict(obs (N, O) float32, deterministic=True) -> (actions (N, A), state)``: an SB3 model
+            (deterministic actions) or :class:`RandomPolicy`.
+        task: a registered ``UniLab/*`` id; ``env_kwargs`` its keyword arguments (``robot``, ``max_episode_steps``).
+        vecnormalize: the model's ``VecNormalize`` (its frozen statistics normalize the observations), or ``None``.
+
+    Returns:
+        ``returns`` (one undiscounted return per episode), ``return_mean``, and ``success_rate``: the fraction of
+        episodes whose last step's ``info["is_success"]`` is true (Gymnasium-Robotics' convention), ``None``
+        where the env's info has no ``is_success``.
+    """
+    import gymnasium as gym
+
+    import unilab_gym  # noqa: F401
+
+    env = gym.make_vec(task, num_envs=n_episodes, **env_kwargs)
+    try:
+        obs, _ = env.reset(seed=seed)
+        returns = np.zeros(n_episodes)
+        done = np.zeros(n_episodes, dtype=bool)
+        success = np.zeros(n_episodes, dtype=bool)
+        has_success = False
+        while not done.all():
+            x = obs if vecnormalize is None else vecnormalize.normalize_obs(obs)
+            action, _ = policy.predict(x, deterministic=True)
+            obs, reward, terminated, truncated, info = env.step(np.asarray(action, dtype=np.float32))
+            returns[~done] += reward[~done]
+            ended = (terminated | truncated) & ~done
+            if "is_success" in info:
+                has_success = True
+                success[ended] = np.asarray(info["is_success"], dtype=bool)[ended]
+            done |= ended
+    finally:
+        env.close()
+    return {
+        "returns": returns.tolist(),
+        "return_mean": float(returns.mean()),
+        "success_rate": float(success.mean()) if has_success else None,
+    }
+
+
+def task_run(
+    task: str,
+    env_kwargs: dict[str, Any],
+    algo: str,
+    seed: int,
+    budget_s: float,
+    num_envs: int,
+    eval_episodes: int,
+    learning_starts: int,
+    buffer_size: int,
+    max_episode_steps: int | None,
+) -> dict[str, Any]:
+    """Train stock SB3 ``algo`` on ``task`` for ``budget_s`` seconds of ``learn`` calls; evaluate it and random.
+
+    The model is :func:`build`'s ``ppo-stock`` / ``sac-stock`` (the shipped settings, :func:`ppo_kwargs`,
+    :func:`sac_kwargs`) on ``num_envs`` envs; training is timed as in :func:`run` (segments sized to the rest of
+    the budget, :func:`next_segment`), with no evaluation until the end. Both evaluations (:func:`evaluate_task`)
+    use the same ``eval_episodes`` episodes, seeded :data:`EVAL_SEED` ``+ i``.
+
+    Returns:
+        ``seed``, ``algo``, ``env_steps``, ``wall_clock_s`` (timed training, s), ``env_steps_per_s``, ``learn_calls``,
+        ``return_random``, ``return_trained``, ``success_rate_random`` and ``success_rate`` (``None`` without
+        ``is_success``), and both evaluations in full (``random``, ``trained``).
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    kwargs = {**env_kwargs, **({} if max_episode_steps is None else {"max_episode_steps": max_episode_steps})}
+    model, learn, close = build(
+        CONFIGS[f"{algo}-stock"], seed, num_envs, learning_starts, buffer_size, kwargs, env_id=task
+    )
+    unit = model.n_steps * num_envs if algo == "ppo" else num_envs
+    random_steps = learning_starts if algo == "sac" else 0
+    trained = 0.0
+    rate: float | None = None
+    previous = calls = 0
+    try:
+        random = evaluate_task(RandomPolicy(model.action_space), task, eval_episodes, kwargs)
+        while True:
+            remaining = budget_s - trained
+            if remaining <= 0 or (rate is not None and rate * remaining < 0.5 * unit):
+                break  # the budget is spent, or not even half a rollout / vector step fits
+            random_phase = model.num_timesteps < random_steps
+            if random_phase:
+                steps = unit * math.ceil((random_steps - model.num_timesteps) / unit)
+            else:
+                steps = next_segment(unit, rate, previous, remaining)
+            start, t = model.num_timesteps, time.perf_counter()
+            learn(steps)
+            elapsed = time.perf_counter() - t
+            trained, calls, previous = trained + elapsed, calls + 1, steps
+            rate = None if random_phase else (model.num_timesteps - start) / max(elapsed, 1e-9)
+        normalizer = model.get_vec_normalize_env() if hasattr(model, "get_vec_normalize_env") else None
+        final = evaluate_task(model, task, eval_episodes, kwargs, vecnormalize=normalizer)
+    finally:
+        close()
+    print(
+        f"{task}, {algo.upper()}, seed {seed}: {trained:.0f} s, {model.num_timesteps:,} env steps, "
+        f"return {final['return_mean']:.2f} (random {random['return_mean']:.2f})",
+        flush=True,
+    )
+    return {
+        "seed": seed,
+        "algo": algo,
+        "env_steps": int(model.num_timesteps),
+        "wall_clock_s": trained,
+        "env_steps_per_s": model.num_timesteps / max(trained, 1e-9),
+        "learn_calls": calls,
+        "return_random": random["return_mean"],
+        "return_trained": final["return_mean"],
+        "success_rate_random": random["success_rate"],
+        "success_rate": final["success_rate"],
+        "random": random,
+        "trained": final,
+    }
+
+
+def task_entry(task: str, robot: str, algo: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``tasks.json`` entry of (task, robot) from :func:`task_run`'s seeds: medians over seeds.
+
+    Keys: :data:`TASK_KEYS`, and ``success_rate`` where the task defines success (every run has one).
+    """
+    entry: dict[str, Any] = {"task": task, "robot": robot, "algo": algo}
+    for key in ("env_steps", "wall_clock_s", "return_random", "return_trained"):
+        entry[key] = statistics.median(r[key] for r in runs)
+    if all(r["success_rate"] is not None for r in runs):
+        entry["success_rate"] = statistics.median(r["success_rate"] for r in runs)
+    return entry
+
+
+def task_markdown(payload: dict[str, Any]) -> str:
+    """The tasks table of ``docs/benchmarks.md`` from a ``tasks.json`` payload (every entry)."""
+    lines = [
+        "| task | robot | algo | env steps | wall clock s | return, random | return, trained | success rate |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for e in payload["tasks"]:
+        rate = "—" if e.get("success_rate") is None else f"{e['success_rate']:.2f}"
+        lines.append(
+            f"| {e['task']} | {e['robot']} | {e['algo']} | {e['env_steps']:,.0f} | {e['wall_clock_s']:.0f} | "
+            f"{e['return_random']:.2f} | {e['return_trained']:.2f} | {rate} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def learn_task(
+    task: str, robot: str | None, algo: str, mode: str, seeds: int, minutes: float, out: str
+) -> dict[str, Any]:
+    """``--task``: train and evaluate ``seeds`` seeds of stock ``algo`` on (task, robot); merge into ``out/tasks.json``.
+
+    Seeds run in fresh processes, one after the other (``--smoke``: in this process). Rerunning a
+    (task, robot) replaces its entry only (:func:`common.merge_task_results`).
+
+    Returns:
+        The ``tasks.json`` payload written.
+
+    Raises:
+        TaskArgumentError: (a ``ValueError``) ``task`` is not a registered ``UniLab/*`` id, the env refused
+            ``robot``, ``algo`` is not in :data:`TASK_ALGOS`, or ``out/tasks.json`` is not a per-task results file
+            (nothing is trained or written then).
+    """
+    if algo not in TASK_ALGOS:
+        raise TaskArgumentError(f"--algo must be one of {list(TASK_ALGOS)}, got {algo!r}")
+    path = os.path.join(out, "tasks.json")
+    try:
+        read_task_results(path)  # a file that is not ours stops the run before training, not after
+        robot_name, env_kwargs = probe_task(task, robot)
+    except ValueError as e:
+        raise TaskArgumentError(str(e)) from None
+    cfg = MODES[mode]
+    settings = {
+        "budget_s": minutes * 60,
+        "num_envs": cfg["num_envs"],
+        "eval_episodes": cfg["eval_episodes"],
+        "learning_starts": cfg["learning_starts"],
+        "buffer_size": cfg["buffer_size"],
+        "max_episode_steps": SMOKE_EPISODE_STEPS if mode == "smoke" else None,
+    }
+    busy = warn_if_busy(seconds=0.2 if mode == "smoke" else 2.0)
+    job = {k: v for k, v in settings.items() if k != "budget_s"}
+    jobs = {
+        f"{task} {algo} seed {seed}": (
+            task_run,
+            dict(task=task, env_kwargs=env_kwargs, algo=algo, seed=seed, budget_s=settings["budget_s"], **job),
+        )
+        for seed in range(seeds)
+    }
+    runs = run_interleaved(jobs, 1, desc=f"learning check: {task}", fresh_process=mode != "smoke")
+    results = [rs[0] for rs in runs.values()]
+    entry = task_entry(task, robot_name, algo, results)
+    date = datetime.date.today().isoformat()
+    load = {"start": busy, "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+    hyperparameters = (
+        ppo_kwargs(settings["num_envs"])
+        if algo == "ppo"
+        else sac_kwargs(settings["num_envs"], settings["learning_starts"], settings["buffer_size"])
+    )
+    details = {
+        "date": date,
+        "mode": mode,
+        "settings": {**settings, "seeds": seeds, "eval_seed": EVAL_SEED, algo: hyperparameters},
+        "machine": machine_info(),
+        "load": load,
+        "runs": results,
+    }
+    payload = merge_task_results(
+        path,
+        [entry],
+        machine=details["machine"],
+        load=load,
+        date=date,
+        details={task_label(task, robot_name): _jsonable(details)},
+    )
+    print(task_markdown(payload))
+    print(f"merged the entry of {task_label(task, robot_name)} into {path}")
+    return payload
+
+
 # ----------------------------------------------------------------------------- main
 def select(only: str | None) -> list[str]:
     """Configuration keys from ``--only`` (algorithms and/or keys, comma-separated); all by default.
@@ -589,7 +859,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--out", default=RESULTS_DIR, help="output directory")
     parser.add_argument("--plot-only", action="store_true", help="re-summarize and redraw from --out's JSON")
+    parser.add_argument(
+        "--task", default=None, help="a registered UniLab/* id: stock SB3 against random, merged into --out/tasks.json"
+    )
+    parser.add_argument("--robot", default=None, help="with --task: the robot= of the task (default: the task's)")
+    parser.add_argument("--algo", default=None, help=f"with --task: {' or '.join(TASK_ALGOS)} (default ppo)")
     args = parser.parse_args(argv)
+    if args.task is None:
+        for flag, value in (("--robot", args.robot), ("--algo", args.algo)):
+            if value is not None:
+                parser.error(f"{flag} needs --task")
+    else:
+        given = [f for f, v in (("--only", args.only), ("--threshold", args.threshold)) if v is not None]
+        given += [f for f, v in (("--eval-every", args.eval_every), ("--plot-only", args.plot_only)) if v]
+        if given:
+            parser.error(f"--task does not take {', '.join(given)}")
+        task_mode = "smoke" if args.smoke else "quick" if args.quick else "default"
+        default_minutes = MODES[task_mode]["minutes"]
+        try:
+            seeds = check_positive_int("--seeds", args.seeds if args.seeds is not None else 1)
+            minutes = check_positive("--minutes", args.minutes if args.minutes is not None else default_minutes)
+        except ValueError as e:
+            parser.error(str(e))
+        try:
+            return learn_task(args.task, args.robot, args.algo or "ppo", task_mode, seeds, minutes, args.out)
+        except TaskArgumentError as e:  # the arguments, checked before anything is trained or written
+            parser.error(str(e))
     if args.plot_only:
         import json
 
