@@ -6,6 +6,14 @@
     python benchmarks/learning_check.py --only ppo --minutes 7 --seeds 5
     python benchmarks/learning_check.py --only ppo-stock,sac-async
     python benchmarks/learning_check.py --plot-only --threshold 24   # re-summarize and redraw from the JSON
+    python benchmarks/learning_check.py --task UniLab/Quadruped-v0 --robot aliengo [--algo sac]  # one task
+
+**Per task** (``--task ID [--robot NAME] [--algo ppo|sac]``, any registered ``UniLab/*`` id; issue 27):
+stock SB3 PPO (or SAC) with the settings below on 64 envs for ``--minutes`` of training (default 7,
+``--quick`` 0.75), ``--seeds`` seeds (default 1), then the deterministic policy and a uniform random
+policy on the same evaluation episodes (:func:`evaluate_task`); one entry per (task, robot) merged
+into ``--out``/``tasks.json`` (:func:`learn_task`, :data:`TASK_KEYS`; ``success_rate`` where the
+env's info has ``is_success``). Rerunning one (task, robot) replaces its entry only.
 
 **Configurations** (``--only`` takes an algorithm, ``ppo`` / ``sac``, or these keys, comma-separated):
 
