@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from unilab_gym.replay.layout import ReplayLayout
+from unilab_gym.replay.linking import OptimizedReplayStorage  # defining it registers it with ReplayStorage
 from unilab_gym.replay.storage import (
     MAX_SLOTS,
     ReplayClosedError,
@@ -37,6 +38,7 @@ from unilab_gym.shm import SegmentNotFoundError, SharedMemoryFullError
 
 __all__ = [
     "MAX_SLOTS",
+    "OptimizedReplayStorage",
     "ReplayClosedError",
     "ReplayHandle",
     "ReplayLayout",

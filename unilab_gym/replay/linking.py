@@ -60,6 +60,8 @@ class OptimizedReplayStorage(ReplayStorage):
         ValueError: if ``layout`` is not memory-optimized (``final_obs == 0``).
     """
 
+    serves_optimized_layouts = True
+
     def _setup(self, segment: Segment, layout: ReplayLayout, capacity: int) -> None:
         if not layout.final_obs:
             segment.close()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -161,13 +161,25 @@ class ReplayStorage(SamplingRing):
     :raises OSError: if the segment cannot be created for another reason.
     """
 
+    #: Set to True by the subclass that serves memory-optimized layouts (``final_obs > 0``):
+    #: :class:`~unilab_gym.replay.linking.OptimizedReplayStorage`, which registers itself when it is defined
+    #: (``unilab_gym.replay`` imports it), so that this module never imports it (no import cycle).
+    serves_optimized_layouts: ClassVar[bool] = False
+    _optimized_variant: ClassVar[type[ReplayStorage] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("serves_optimized_layouts"):
+            ReplayStorage._optimized_variant = cls
+
     @classmethod
     def _class_for(cls, layout: Any) -> type[Self]:
-        """``ReplayStorage`` serves a memory-optimized layout with its subclass for that layout."""
+        """``ReplayStorage`` serves a memory-optimized layout with its registered subclass for that layout."""
         if cls is ReplayStorage and isinstance(layout, ReplayLayout) and layout.final_obs:
-            from unilab_gym.replay.linking import OptimizedReplayStorage
-
-            return OptimizedReplayStorage  # type: ignore[return-value]
+            variant = ReplayStorage._optimized_variant
+            if variant is None:  # only if unilab_gym.replay.linking was never imported, which the package does
+                raise RuntimeError("no storage serves memory-optimized layouts: import unilab_gym.replay.linking")
+            return variant  # type: ignore[return-value]
         return cls
 
     def _setup(self, segment: Segment, layout: ReplayLayout, capacity: int) -> None:
