@@ -1,5 +1,9 @@
 """AsyncRunner: off-policy (replay ratio, backpressure, lag) and on-policy (rollouts, GAE, lag) training,
-weight sync, callbacks, and the lifecycle / fault guarantees of both families (the same tests for each)."""
+weight sync, callbacks, and the lifecycle / fault guarantees of both families (the same tests for each).
+
+The learner-loop tests run over ``backend="inline"`` (no processes: seconds) and keep at least one
+``backend="process"`` case for each behaviour; the tests of processes (kills, Ctrl-C, leaks, segments)
+run on processes only."""
 
 import functools
 import glob
@@ -93,6 +97,10 @@ def env_fn_kwargs(family):
 
 
 FAMILIES = ["sac", "ppo"]
+#: the learner-loop tests run over both: the loops are the same, the pools differ
+BACKENDS = ["inline", "process"]
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny networks on busy cores
 
 
 def assert_no_children():
@@ -113,18 +121,32 @@ class Recorder(BaseCallback):
 
 
 # --------------------------------------------------------------------------- training and accounting
-def test_sac_learns_with_exact_replay_ratio_and_stats(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sac_learns_with_exact_replay_ratio_and_stats(tmp_path, backend):
     model = make_sac(learning_starts=200, train_freq=1, gradient_steps=1)
     rec = Recorder()
     with AsyncRunner(
-        model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV, replay_ratio=0.25
+        model,
+        env_id=ID,
+        num_collectors=2,
+        envs_per_collector=4,
+        env_kwargs=SMALL_ENV,
+        replay_ratio=0.25,
+        backend=backend,
     ) as runner:
         assert runner.replay_ratio == 0.25
         runner.learn(1200, callback=rec, log_interval=1)
         pids = runner.collector_pids
-        assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)
-        segments = runner_segments(runner)
-        assert all(os.path.exists(s) for s in segments)
+        status = runner.collector_status()
+        segments = runner_segments(runner) if backend == "process" else []
+        if backend == "process":
+            assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids) and os.getpid() not in pids
+            assert all(os.path.exists(s) for s in segments)
+        else:
+            assert pids == [os.getpid()] * 2  # the learner's own process
+    assert all(s["env_steps"] > 0 for s in status)  # both collectors collected
+    if backend == "inline":  # nothing steps after learn() returns: the counters are the replay's rows
+        assert sum(s["env_steps"] for s in status) == model.replay_buffer.size()
     assert model.num_timesteps == 1200
     assert model._n_updates == math.floor((1200 - 200) * 0.25)
     # the learner never trained ahead of the data, nor before learning_starts
@@ -133,8 +155,9 @@ def test_sac_learns_with_exact_replay_ratio_and_stats(tmp_path):
     assert len(rec.rows) == 1200  # on_step once per model.n_envs (=1) env steps, as SB3 calls it
     assert len(model.ep_info_buffer) > 0 and all(e["l"] == 20 for e in model.ep_info_buffer)
     assert model.replay_buffer.size() >= 1200
-    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
-    assert not any(os.path.exists(s) for s in segments)  # the model's replay stays, for the model
+    if backend == "process":
+        assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+        assert not any(os.path.exists(s) for s in segments)  # the model's replay stays, for the model
     replay = f"/dev/shm/{model.replay_buffer.handle.name}"
     model.replay_buffer.close()
     assert not os.path.exists(replay)
@@ -154,7 +177,8 @@ def test_default_replay_ratio_maps_sb3_train_freq_and_gradient_steps():
     model.replay_buffer.close()
 
 
-def test_td3_trains_and_backpressure_bounds_collectors():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_td3_trains_and_backpressure_bounds_collectors(backend):
     from stable_baselines3.common.noise import NormalActionNoise
 
     from unilab_gym.integrations.sb3 import make_sb3_env
@@ -170,7 +194,7 @@ def test_td3_trains_and_backpressure_bounds_collectors():
         **fast(),
     )
     with AsyncRunner(
-        model, env_fn=_runner_envs.quadruped, num_collectors=2, envs_per_collector=4, replay_ratio=1.0
+        model, env_fn=_runner_envs.quadruped, num_collectors=2, envs_per_collector=4, replay_ratio=1.0, backend=backend
     ) as runner:
         runner.learn(600)
         produced = runner._pool.counters.total_transitions()
@@ -185,7 +209,13 @@ def test_a_replay_ratio_below_one_over_the_lead_still_trains():
     # still let collectors reach the next gradient step (it once deadlocked: learner and collectors waiting)
     model = make_sac(learning_starts=40, train_freq=1, gradient_steps=1)
     with AsyncRunner(
-        model, env_id=ID, num_collectors=2, envs_per_collector=2, env_kwargs=SMALL_ENV, replay_ratio=0.05
+        model,
+        env_id=ID,
+        num_collectors=2,
+        envs_per_collector=2,
+        env_kwargs=SMALL_ENV,
+        replay_ratio=0.05,
+        backend="inline",  # the budget's arithmetic: the loop's, whatever the pool
     ) as runner:
         runner.learn(200)
     assert model._n_updates == math.floor((200 - 40) * 0.05)
@@ -272,7 +302,8 @@ def test_weight_reads_are_never_torn():
     weights.close()
 
 
-def test_policy_lag_is_bounded_and_logged(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_policy_lag_is_bounded_and_logged(tmp_path, backend):
     from stable_baselines3.common.logger import configure
 
     model = make_sac(learning_starts=50)
@@ -292,6 +323,7 @@ def test_policy_lag_is_bounded_and_logged(tmp_path):
         env_kwargs=SMALL_ENV,
         max_policy_lag=1,
         replay_ratio=0.5,
+        backend=backend,
     ) as runner:
         runner.learn(500, callback=Lag(), log_interval=1)
     assert max(lags) <= 1
@@ -381,7 +413,8 @@ def test_returns_and_advantages_equal_sb3_for_the_same_rollout_data():
     assert not os.path.exists(path)
 
 
-def test_ppo_one_collector_lag0_equals_stock_sb3_bit_for_bit_and_reruns_identically():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ppo_one_collector_lag0_equals_stock_sb3_bit_for_bit_and_reruns_identically(backend):
     """Same seed, same data: one collector of 8 envs trains exactly what stock SB3 PPO trains on 8 envs."""
     from unilab_gym.integrations.sb3 import make_sb3_env
 
@@ -400,7 +433,9 @@ def test_ppo_one_collector_lag0_equals_stock_sb3_bit_for_bit_and_reruns_identica
     runs = []
     for _ in range(2):
         model, rec = make(), RolloutRecorder()
-        with AsyncRunner(model, env_id=ID, num_collectors=1, envs_per_collector=8, env_kwargs=env_kwargs) as runner:
+        with AsyncRunner(
+            model, env_id=ID, num_collectors=1, envs_per_collector=8, env_kwargs=env_kwargs, backend=backend
+        ) as runner:
             assert runner.seed == 3 and runner.max_policy_lag == 0
             runner.learn(3 * 256, callback=rec)
         runs.append(model)
@@ -414,8 +449,8 @@ def test_ppo_one_collector_lag0_equals_stock_sb3_bit_for_bit_and_reruns_identica
             assert torch.equal(ours, theirs), name
 
 
-@pytest.mark.parametrize("algo, lag", [(PPO, 1), (A2C, 0)])
-def test_on_policy_two_collectors_callbacks_logs_and_behaviour_policy(tmp_path, algo, lag):
+@pytest.mark.parametrize("algo, lag, backend", [(PPO, 1, "inline"), (PPO, 1, "process"), (A2C, 0, "inline")])
+def test_on_policy_two_collectors_callbacks_logs_and_behaviour_policy(tmp_path, algo, lag, backend):
     from stable_baselines3.common.logger import configure
 
     model = make_ppo(8, algo=algo)
@@ -423,7 +458,13 @@ def test_on_policy_two_collectors_callbacks_logs_and_behaviour_policy(tmp_path, 
     rec = RolloutRecorder()
     rollouts = 5
     with AsyncRunner(
-        model, env_id=ID, num_collectors=2, envs_per_collector=4, env_kwargs=SMALL_ENV, max_policy_lag=lag
+        model,
+        env_id=ID,
+        num_collectors=2,
+        envs_per_collector=4,
+        env_kwargs=SMALL_ENV,
+        max_policy_lag=lag,
+        backend=backend,
     ) as runner:
         runner.learn(rollouts * 16 * 8 - 3, callback=rec)  # SB3 rounds up to whole rollouts
     assert model.num_timesteps == rollouts * 16 * 8
@@ -499,9 +540,10 @@ def test_collector_failure_during_a_long_train_is_reported_within_1s(tmp_path):
     assert_no_children()
 
 
-def test_on_policy_env_without_same_step_autoreset_is_reported():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_on_policy_env_without_same_step_autoreset_is_reported(backend):
     model = make_ppo(4)
-    runner = AsyncRunner(model, env_fn=_runner_envs.quadruped, num_collectors=1, envs_per_collector=4)
+    runner = AsyncRunner(model, env_fn=_runner_envs.quadruped, num_collectors=1, envs_per_collector=4, backend=backend)
     with pytest.raises(CollectorError, match="autoreset_mode='SameStep'"):
         runner.learn(1_000)
     assert runner.closed
@@ -541,8 +583,8 @@ def test_an_on_policy_model_takes_one_open_runner_at_a_time():
 
 
 # --------------------------------------------------------------------------- callbacks, saving (both families)
-@pytest.mark.parametrize("family", FAMILIES)
-def test_sb3_callbacks_checkpoint_eval_and_stop(tmp_path, family):
+@pytest.mark.parametrize("family, backend", [("sac", "inline"), ("ppo", "inline"), ("ppo", "process")])
+def test_sb3_callbacks_checkpoint_eval_and_stop(tmp_path, family, backend):
     import gymnasium as gym
 
     model = make_sac(learning_starts=50) if family == "sac" else make_ppo(4)
@@ -552,7 +594,9 @@ def test_sb3_callbacks_checkpoint_eval_and_stop(tmp_path, family):
         CheckpointCallback(save_freq=100, save_path=str(tmp_path / "ckpt")),
         EvalCallback(eval_env, eval_freq=200, n_eval_episodes=1, callback_on_new_best=stop, verbose=0),
     ]
-    with AsyncRunner(model, env_id=ID, num_collectors=1, envs_per_collector=4, env_kwargs=SMALL_ENV) as runner:
+    with AsyncRunner(
+        model, env_id=ID, num_collectors=1, envs_per_collector=4, env_kwargs=SMALL_ENV, backend=backend
+    ) as runner:
         runner.learn(10_000, callback=callbacks, progress_bar=True)
         # on_step is called once per model.n_envs env steps: the first evaluation (200 calls) stopped training
         assert model.num_timesteps == 200 * model.n_envs
@@ -569,7 +613,9 @@ def test_sb3_callbacks_checkpoint_eval_and_stop(tmp_path, family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_saved_model_loads_without_unilab_gym(tmp_path, family):
     model = make_sac(learning_starts=50) if family == "sac" else make_ppo(4)
-    with AsyncRunner(model, env_id=ID, num_collectors=1, envs_per_collector=4, env_kwargs=SMALL_ENV) as runner:
+    with AsyncRunner(
+        model, env_id=ID, num_collectors=1, envs_per_collector=4, env_kwargs=SMALL_ENV, backend="inline"
+    ) as runner:  # what is saved is the loop's business, whatever the pool
         runner.learn(200)
     model.save(tmp_path / "model")
     obs = np.zeros((1, 48), np.float32)
@@ -776,7 +822,7 @@ def test_ppo_lag1_trains_each_rollout_from_the_current_policy_with_importance_we
 
         model.train = train
         with AsyncRunner(model, env_id=ID, num_collectors=2, envs_per_collector=4, max_policy_lag=lag,
-                         env_kwargs=SMALL_ENV) as runner:  # fmt: skip
+                         env_kwargs=SMALL_ENV, backend="inline") as runner:  # fmt: skip
             runner.learn(4 * 16 * 8)
         assert len(starts) == 4
         gaps = np.array(starts)

@@ -1,8 +1,11 @@
-"""VecNormalize under AsyncRunner: collectors normalize with the learner's statistics, the learner merges theirs."""
+"""VecNormalize under AsyncRunner: collectors normalize with the learner's statistics, the learner merges theirs.
+
+Over ``backend="inline"`` (no processes) and ``backend="process"``: at least one process case for each behaviour."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +23,15 @@ from unilab_gym.integrations.sb3 import make_sb3_env
 
 ID = "UniLab/Quadruped-v0"
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny networks on busy cores
+
+_ENVS = itertools.count()
+
+
+def recording(num_envs: int, prefix: str, **kwargs):
+    """``recording_quadruped`` with one file per env, also when the collectors share a process (inline)."""
+    return recording_quadruped(num_envs, prefix=f"{prefix}.{next(_ENVS)}", **kwargs)
+
 
 def _ppo(n_envs: int) -> PPO:
     env = VecNormalize(make_sb3_env(ID, n_envs, seed=0, **SMALL), gamma=0.99)
@@ -33,18 +45,21 @@ def _recorded(prefix: Path) -> list[np.ndarray]:
     return [np.load(f) for f in files]
 
 
-@pytest.mark.parametrize("lag", [0, 1])
-def test_ppo_statistics_merge_to_the_single_stream_of_what_collectors_stepped(tmp_path, lag):
+@pytest.mark.parametrize("lag, backend", [(0, "inline"), (0, "process"), (1, "inline")])
+def test_ppo_statistics_merge_to_the_single_stream_of_what_collectors_stepped(tmp_path, lag, backend):
     model = _ppo(8)
     vn = model.get_vec_normalize_env()
     obs_before, ret_before = vn.obs_rms.count, vn.ret_rms.count
     prefix = tmp_path / "obs"
-    env_fn = functools.partial(recording_quadruped, prefix=str(prefix), autoreset_mode="SameStep")
-    with AsyncRunner(model, env_fn=env_fn, num_collectors=2, envs_per_collector=4, max_policy_lag=lag) as runner:
+    env_fn = functools.partial(recording, prefix=str(prefix), autoreset_mode="SameStep")
+    with AsyncRunner(
+        model, env_fn=env_fn, num_collectors=2, envs_per_collector=4, max_policy_lag=lag, backend=backend
+    ) as runner:
         runner.learn(3 * 16 * 8)
         steps = model.num_timesteps
     assert steps == 3 * 16 * 8
     recorded = _recorded(prefix)
+    assert len(recorded) == 2  # one recording per collector
     stepped = sum(r.shape[0] * r.shape[1] for r in recorded)
     # every observation stepped is counted once: the reset observations plus one per env step
     # (at lag 1 the collectors may have gathered one rollout more than the learner took; its moments come
@@ -66,7 +81,8 @@ def test_ppo_statistics_merge_to_the_single_stream_of_what_collectors_stepped(tm
     model.env.close()
 
 
-def test_collectors_act_with_the_statistics_of_their_weight_version(tmp_path):
+@pytest.mark.parametrize("backend", ["inline", "process"])
+def test_collectors_act_with_the_statistics_of_their_weight_version(tmp_path, backend):
     """A rollout's stored observations are the raw ones normalized with the statistics published before it."""
     model = _ppo(4)
     vn = model.get_vec_normalize_env()
@@ -75,7 +91,9 @@ def test_collectors_act_with_the_statistics_of_their_weight_version(tmp_path):
     mean, var = vn.obs_rms.mean.copy(), vn.obs_rms.var.copy()
     prefix = tmp_path / "obs"
     env_fn = functools.partial(recording_quadruped, prefix=str(prefix), autoreset_mode="SameStep")
-    with AsyncRunner(model, env_fn=env_fn, num_collectors=1, envs_per_collector=4, max_policy_lag=0) as runner:
+    with AsyncRunner(
+        model, env_fn=env_fn, num_collectors=1, envs_per_collector=4, max_policy_lag=0, backend=backend
+    ) as runner:
         runner.learn(16 * 4)  # one rollout, collected with version 1
         stored = model.rollout_buffer.observations.copy()  # after train(): SB3's swap_and_flatten, env-major
     raw = _recorded(prefix)[0][:16]  # reset obs + the first 15 step observations: the rollout's inputs
@@ -86,7 +104,9 @@ def test_collectors_act_with_the_statistics_of_their_weight_version(tmp_path):
 
 def test_saved_statistics_load_into_play_and_evaluate_gait(tmp_path):
     model = _ppo(4)
-    with AsyncRunner(model, env_id=ID, num_collectors=1, envs_per_collector=4, env_kwargs=SMALL) as runner:
+    with AsyncRunner(
+        model, env_id=ID, num_collectors=1, envs_per_collector=4, env_kwargs=SMALL, backend="inline"
+    ) as runner:  # what is saved is the loop's business, whatever the pool
         runner.learn(2 * 16 * 4)
     path = tmp_path / "model"
     model.save(path)
@@ -108,7 +128,8 @@ def test_saved_statistics_load_into_play_and_evaluate_gait(tmp_path):
     model.env.close()
 
 
-def test_sac_replay_keeps_raw_observations_and_statistics_grow(tmp_path):
+@pytest.mark.parametrize("backend", ["inline", "process"])
+def test_sac_replay_keeps_raw_observations_and_statistics_grow(tmp_path, backend):
     env = VecNormalize(make_sb3_env(ID, 1, seed=0, **SMALL), gamma=0.98)
     model = SAC(
         "MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, buffer_size=4_000, learning_starts=64,
@@ -117,8 +138,8 @@ def test_sac_replay_keeps_raw_observations_and_statistics_grow(tmp_path):
     vn = model.get_vec_normalize_env()
     before = vn.obs_rms.count
     prefix = tmp_path / "obs"
-    env_fn = functools.partial(recording_quadruped, prefix=str(prefix), autoreset_mode="SameStep")
-    with AsyncRunner(model, env_fn=env_fn, num_collectors=2, envs_per_collector=4) as runner:
+    env_fn = functools.partial(recording, prefix=str(prefix), autoreset_mode="SameStep")
+    with AsyncRunner(model, env_fn=env_fn, num_collectors=2, envs_per_collector=4, backend=backend) as runner:
         runner.learn(800)
         transitions = model.num_timesteps
         grown = vn.obs_rms.count - before

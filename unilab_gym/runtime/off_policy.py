@@ -286,7 +286,8 @@ class OffPolicyLoop(LearnerLoop):
                 # SB3 trains after every collection, the last one included; so do we
                 model._update_current_progress_remaining(model.num_timesteps, total)
                 # chunks of about TRAIN_CHUNK_S, so collector faults are noticed between them
-                k = due if done else max(1, min(due, int(TRAIN_CHUNK_S / grad_step_s)))
+                # (inline collectors run only between calls: all that is due, so no timing enters the run)
+                k = due if done or not pool.runs_concurrently else max(1, min(due, int(TRAIN_CHUNK_S / grad_step_s)))
                 t_train = time.perf_counter()
                 with metrics.learner_phase("train"):
                     model.train(gradient_steps=k, batch_size=model.batch_size)

@@ -9,6 +9,7 @@ Who owns what in :mod:`unilab_gym.runtime`::
     on_policy.py    OnPolicyLoop (learner side) + RolloutWriter (collector side)  PPO, A2C
     pool.py         this seam: CollectorPool, CollectorSetup, Counters, CollectorStatus
     process_pool.py ProcessCollectorPool, the first implementation: spawned processes
+    inline_pool.py  InlineCollectorPool: the collectors stepped in the learner's process, in turns (debugging)
     collector.py    the collector side of the process pool (Collector, collector_main)
     control.py      counters and learner signals in shared memory (the process pool's Counters)
     weights.py      the weight vector format and SharedWeights (versioned, in shared memory)
@@ -270,6 +271,10 @@ class CollectorPool(ABC):
     """
 
     setup: CollectorSetup
+    #: whether collectors run while the learner trains (processes, actors). ``False`` (the inline pool):
+    #: they run only inside :meth:`wait`, so no fault can arise during a ``train()`` call and the
+    #: off-policy loop trains what is due in one call instead of ~50 ms chunks (no timing in the schedule).
+    runs_concurrently: bool = True
 
     @property
     def num_collectors(self) -> int:

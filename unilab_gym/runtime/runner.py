@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from unilab_gym.control.runner_api import RunnerControl
+from unilab_gym.runtime.inline_pool import InlineCollectorPool
 from unilab_gym.runtime.loop import _DRIVEN
 from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics, prometheus_app
 from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, check_env_count, check_env_source
@@ -44,6 +45,9 @@ from unilab_gym.validation import check_host, check_int, check_positive_int, che
 
 if TYPE_CHECKING:
     from unilab_gym.runtime.loop import LearnerLoop
+
+#: The collector pools ``AsyncRunner(backend=...)`` builds: spawned processes, Ray actors, or in the learner.
+BACKENDS = ("process", "ray", "inline")
 
 
 class AsyncRunner(RunnerControl):
@@ -109,6 +113,10 @@ class AsyncRunner(RunnerControl):
         backend: ``"process"`` (default): collectors are processes on this machine, sharing memory with
             the learner. ``"ray"``: each collector is a Ray actor, on any node of a Ray cluster, shipping
             its data through the object store (:mod:`unilab_gym.runtime.ray_pool`, ``docs/ray.md``).
+            ``"inline"``: no process; the learner steps the collectors itself, one at a time, between
+            its training calls (:mod:`unilab_gym.runtime.inline_pool`): deterministic, and a breakpoint
+            in the env works; for tests and debugging. ``max_collector_restarts`` must be 0 there, and
+            ``collector_timeout_s`` and ``start_method`` are not used; no main guard is needed.
         ray_address: ``backend="ray"``: if Ray is not initialised, the runner calls
             ``ray.init(address=ray_address)`` (``None``: a local instance, dashboard off; ``"auto"``:
             this machine's cluster) and shuts it down on :meth:`close`; an initialised Ray is used and left running.
@@ -117,7 +125,8 @@ class AsyncRunner(RunnerControl):
 
     Raises:
         ImportError: ``backend="ray"`` without Ray installed (the message names ``pip install "unilab-gym[ray]"``).
-        ValueError: an unsupported model or model setting (named in the message), both or
+        ValueError: an unsupported model or model setting (named in the message), an unknown
+            ``backend``, ``backend="inline"`` with ``max_collector_restarts > 0``, both or
             neither of ``env_id`` / ``env_fn``, an ``env_fn`` that is not callable or (spawned
             collectors) not picklable, a model env whose ``n_envs`` is not ``num_collectors *
             envs_per_collector`` (off-policy: or 1, an env that only gives the spaces; the
@@ -200,15 +209,20 @@ class AsyncRunner(RunnerControl):
             raise ValueError(f"env_kwargs must be a dict of keyword arguments for gym.make_vec, got {env_kwargs!r}")
         if seed is not None:
             seed = check_seed("seed", seed)
-        if backend not in ("process", "ray"):
-            raise ValueError(f'backend must be "process" or "ray", got {backend!r}')
+        if backend not in BACKENDS:
+            raise ValueError(f'backend must be "process", "ray" or "inline", got {backend!r}')
         methods = mp.get_all_start_methods()
         if start_method not in methods:
             raise ValueError(
                 f"start_method must be one of {methods} (multiprocessing start methods), got {start_method!r}"
             )
-        if backend == "process" and (ray_address is not None or collector_resources is not None):
+        if backend != "ray" and (ray_address is not None or collector_resources is not None):
             raise ValueError('ray_address and collector_resources need backend="ray"')
+        if backend == "inline" and max_collector_restarts:
+            raise ValueError(
+                f'backend="inline" does not restart collectors: max_collector_restarts must be 0, got '
+                f'{max_collector_restarts} (a fault raises CollectorError at once; backend="process" restarts)'
+            )
         if backend == "ray":
             from unilab_gym.runtime.ray_pool import check_resources, import_ray
 
@@ -258,6 +272,8 @@ class AsyncRunner(RunnerControl):
                 from unilab_gym.runtime.ray_pool import RayCollectorPool
 
                 self._pool: CollectorPool = RayCollectorPool(setup, ray_address, collector_resources)
+            elif backend == "inline":
+                self._pool = InlineCollectorPool(setup)
             else:
                 self._pool = ProcessCollectorPool(setup, start_method)
         except BaseException:
@@ -310,7 +326,9 @@ class AsyncRunner(RunnerControl):
 
     @property
     def collector_pids(self) -> list[int]:
-        """Process ids of the running collectors (empty before the first :meth:`learn`, and once closed)."""
+        """Process ids of the running collectors (empty before the first :meth:`learn`, and once closed).
+
+        With ``backend="inline"``, each collector's is the learner's own pid (``os.getpid()``)."""
         return [s.pid for s in self._pool.status() if s.pid is not None]
 
     def collector_status(self) -> list[dict[str, Any]]:
