@@ -15,9 +15,11 @@ and the actors; process: spawning the collectors and their first env steps); and
 over the window from the moment a quarter of the run's env steps were counted to the end of ``learn``
 (its length in seconds and in answers, ``on_step`` calls, is reported: the off-policy loop fires
 ``on_step`` in bursts as answers arrive, so a window must hold many of them). Ray only: the
-learner's ingest cost per transition (``RayCollectorPool.ingest_s / ingested``: taking results from
-the object store with ``ray.get`` and copying their rows into the ``SharedReplayBuffer``, the learner
-thread's CPU time: other processes on the machine do not inflate it). Then the ingest cost alone
+learner's ingest cost per transition (``RayCollectorPool.ingest_cpu_s / ingested``, the learner thread's CPU
+time: other processes on the machine do not inflate it), over the run and, by phase of
+``RayCollectorPool.ingest_stats`` (wait, poll, fetch, deserialize, copy, request, bookkeeping; see
+``docs/metrics.md``), over the steady window, with the answers' sizes, the ``poll()`` calls per answer, and
+the CPU of the learner process's other threads (Ray's core-worker I/O) per transition. Then the ingest cost alone
 (:func:`run_ingest`: blocks of 128 and 2,048 transitions from an actor, 300 each), the figure the
 scaling model in ``docs/ray.md`` starts from.
 ``--quick`` runs are short enough that Ray's start-up (~10 s here: a local instance and two actors) is a
@@ -43,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS_DIR, busy_warning, machine_info, run_interleaved, sample_load, summarize, write_json
 
 from unilab_gym.cli import HelpFormatter
+from unilab_gym.runtime.metrics import INGEST_PHASES
 
 ID = "UniLab/Quadruped-v0"
 NUM_ENVS = 64
@@ -66,9 +69,13 @@ def run(backend: str, total_steps: int, seed: int) -> dict[str, Any]:
         def __init__(self) -> None:
             super().__init__()
             self.points: list[tuple[float, int]] = []
+            self.stats: Any = None  # Ray: the pool's IngestStats, snapshot when the steady window opens
+            self.steady_from: Any = None
 
         def _on_step(self) -> bool:
             self.points.append((time.perf_counter(), self.num_timesteps))
+            if self.stats is not None and self.steady_from is None and self.num_timesteps >= total_steps // 4:
+                self.steady_from = (self.stats.snapshot(), _other_threads_cpu_s())
             return True
 
     torch.set_num_threads(1)
@@ -95,9 +102,11 @@ def run(backend: str, total_steps: int, seed: int) -> dict[str, Any]:
         replay_ratio=1.0 / NUM_ENVS,
         backend=backend,
     ) as runner:
-        runner.learn(total_steps, callback=clock)
         pool = runner._pool
+        clock.stats = getattr(pool, "ingest_stats", None)
+        runner.learn(total_steps, callback=clock)
         ingest = getattr(pool, "ingest_cpu_s", None), getattr(pool, "ingested", None)
+        steady_ingest = (clock.stats.snapshot(), _other_threads_cpu_s()) if clock.steady_from is not None else None
     wall = time.perf_counter() - t0
     model.replay_buffer.close()
     points = clock.points
@@ -116,7 +125,31 @@ def run(backend: str, total_steps: int, seed: int) -> dict[str, Any]:
     }
     if ingest[0] is not None and ingest[1]:
         out["ingest_us_per_transition"] = 1e6 * ingest[0] / ingest[1]
+        out["ingest_answer_transitions_median"] = clock.stats.quantile(0.5)
+        out["ingest_answers"] = clock.stats.answers
+    if steady_ingest is not None:
+        (cpu0, phases0, answers0, n0, spans0), threads0 = clock.steady_from
+        (cpu1, phases1, answers1, n1, spans1), threads1 = steady_ingest
+        if n1 > n0 and answers1 > answers0:
+            out["steady_ingest_us_per_transition"] = 1e6 * (cpu1 - cpu0) / (n1 - n0)
+            out["steady_ingest_us_per_answer"] = 1e6 * (cpu1 - cpu0) / (answers1 - answers0)
+            out["steady_answer_transitions_mean"] = (n1 - n0) / (answers1 - answers0)
+            out["steady_spans_per_answer"] = (spans1 - spans0) / (answers1 - answers0)
+            for phase in phases1:
+                out[f"steady_ingest_us_per_transition/{phase}"] = 1e6 * (phases1[phase] - phases0[phase]) / (n1 - n0)
+            out["steady_other_threads_us_per_transition"] = 1e6 * (threads1 - threads0) / (n1 - n0)
     return out
+
+
+def _other_threads_cpu_s() -> float:
+    """CPU seconds of this process's threads other than the main one (with Ray: its core worker's I/O threads,
+    which receive the answers; threads that ended are not counted)."""
+    import threading
+
+    import psutil
+
+    main = threading.main_thread().native_id
+    return sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id != main)
 
 
 def run_ingest(rows_per_result: int, results: int) -> dict[str, Any]:
@@ -189,11 +222,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         name: {k: summarize(rs, k)[0] for k in ("cpu_us_per_transition", "wall_us_per_transition")}
         for name, rs in ingest_runs.items()
     }
-    med = {
-        name: {k: summarize(rs, k)[0] for k in rs[0] if k != "ingest_us_per_transition"} for name, rs in runs.items()
-    }
+    med = {name: {k: summarize(rs, k)[0] for k in runs["process"][0]} for name, rs in runs.items()}
     ray_runs = runs["ray (local)"]
     ingest_us = summarize(ray_runs, "ingest_us_per_transition")[0]
+    ray_keys = sorted({k for r in ray_runs for k in r} - set(runs["process"][0]))  # steady ones: where measured
+    ray_ingest = {k: summarize([r for r in ray_runs if k in r], k)[0] for k in ray_keys}
     ratios = {
         "env_steps_per_s": med["ray (local)"]["env_steps_per_s"] / med["process"]["env_steps_per_s"],
         "steady_env_steps_per_s": med["ray (local)"]["steady_env_steps_per_s"]
@@ -217,6 +250,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "medians": med,
         "ratios_ray_over_process": ratios,
         "ingest_us_per_transition": ingest_us,
+        "ingest_in_runs": ray_ingest,
         "ingest_alone": ingest_alone,
         "ingest_mb_per_s_at_that_cost": ROW_BYTES / ingest_us,
     }
@@ -242,8 +276,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "run's env steps to the end of learn()."
         + (" Quick mode: a smoke test; its steady window is short, read a default run for the ratio." if quick else ""),
         "",
-        f"Learner ingest cost in these runs (Ray): {ingest_us:.2f} us/transition of learner-thread CPU "
-        f"(ray.get + copy into the replay).",
+        f"Learner ingest cost in these runs (Ray): {ingest_us:.2f} us/transition of learner-thread CPU over the "
+        f"whole run (every phase of RayCollectorPool.ingest_stats), answers of median "
+        f"{ray_ingest.get('ingest_answer_transitions_median', float('nan')):.0f} transitions. In the steady window, "
+        "by phase (unilab_ingest_cpu_seconds_total{phase}; µs of learner-thread CPU per transition):",
+        "",
+        "| " + " | ".join(INGEST_PHASES) + " | total | per answer | transitions per answer (mean) "
+        "| Ray's threads in the learner process |",
+        "|" + "---:|" * (len(INGEST_PHASES) + 4),
+        "| "
+        + " | ".join(
+            f"{ray_ingest.get(f'steady_ingest_us_per_transition/{p}', float('nan')):.2f}" for p in INGEST_PHASES
+        )
+        + f" | {ray_ingest.get('steady_ingest_us_per_transition', float('nan')):.2f} "
+        f"| {ray_ingest.get('steady_ingest_us_per_answer', float('nan')):.0f} "
+        f"| {ray_ingest.get('steady_answer_transitions_mean', float('nan')):.0f} "
+        f"| {ray_ingest.get('steady_other_threads_us_per_transition', float('nan')):.2f} |",
+        "",
+        f"In the steady window the learner opened {ray_ingest.get('steady_spans_per_answer', float('nan')):.1f} "
+        "ingest spans (poll() and blocking wait() calls) per answer.",
+        "",
+        "Phases: wait (the CPU of the blocking ray.wait while the learner waits for data), poll (ray.wait without "
+        "blocking, at every poll()), fetch (the object into this process), deserialize (unpickling), copy (reserve, "
+        "write, commit into the replay), request (issuing the next exchanges), bookkeeping (counters, episodes, "
+        "heartbeats). The last column is CPU of the learner process's other threads (Ray's core-worker I/O, which "
+        "receives the replies): not in the learner thread's figure.",
         "",
         "Ingest alone (an actor answering with a staged block, 2 requests in flight, copy into a 100k-row replay):",
         "",

@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import time
+import urllib.request
 import warnings
 
 import psutil
@@ -270,4 +271,41 @@ def test_bad_backend_arguments_are_refused():
         AsyncRunner(model, env_id=ID, collector_resources=COLLECTOR)
     with pytest.raises(ValueError, match="collector_resources"):
         AsyncRunner(model, env_id=ID, backend="ray", collector_resources={"collector": -1})
+    model.replay_buffer.close()
+
+
+# --------------------------------------------------------------------------- ingest cost (issue 30, item 1)
+def test_ingest_cpu_by_phase_and_answer_sizes_are_exported(nodes):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from unilab_gym.runtime.metrics import INGEST_PHASES
+
+    nodes.live_worker()
+    model = make_sac()
+    logged = {}
+
+    class Logger:
+        def record(self, key, value, exclude=None):
+            logged[key] = value
+
+    with ray_runner(model, metrics_port=0) as runner:
+        runner.metrics.begin()
+        runner.learn(400)
+        pool = runner._pool
+        runner.metrics.record(Logger())
+        with urllib.request.urlopen(runner.metrics_url, timeout=10) as page:
+            families = {f.name: f for f in text_string_to_metric_families(page.read().decode())}
+        answers = sum(pool._next_ingest)  # results ingested, in request order, per collector (no restarts)
+        committed = model.replay_buffer.storage.committed
+    cpu = {s.labels["phase"]: s.value for s in families["unilab_ingest_cpu_seconds"].samples}
+    assert set(cpu) == set(INGEST_PHASES) and all(v > 0 for v in cpu.values()), cpu
+    assert sum(cpu.values()) == pytest.approx(pool.ingest_cpu_s, rel=1e-6)
+    hist = {(s.name, s.labels.get("le")): s.value for s in families["unilab_ingest_answer_transitions"].samples}
+    assert answers > 0 and hist[("unilab_ingest_answer_transitions_count", None)] == answers
+    assert hist[("unilab_ingest_answer_transitions_bucket", "+Inf")] == answers
+    assert hist[("unilab_ingest_answer_transitions_sum", None)] == committed == pool.ingested >= 400
+    per_phase = sum(logged[f"unilab/ingest_us_per_transition/{p}"] for p in INGEST_PHASES)
+    assert logged["unilab/ingest_us_per_transition"] > 0  # (over the interval since the loop's last log dump)
+    assert logged["unilab/ingest_us_per_transition"] == pytest.approx(per_phase, rel=1e-6)
+    assert logged["unilab/ingest_us_per_answer"] > 0 and logged["unilab/ingest_answer_transitions"] > 0
     model.replay_buffer.close()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import errno
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,12 @@ if TYPE_CHECKING:
 RATE_WINDOW_S = 1.0
 #: Learner time phases (label ``phase`` of ``unilab_learner_seconds_total``).
 LEARNER_PHASES = ("wait_for_data", "train", "publish_weights")
+#: Phases of the learner's ingest CPU with ``backend="ray"`` (label ``phase`` of
+#: ``unilab_ingest_cpu_seconds_total``; see :class:`IngestStats`).
+INGEST_PHASES = ("wait", "poll", "fetch", "deserialize", "copy", "request", "bookkeeping")
+#: Upper bounds (``le``) of ``unilab_ingest_answer_transitions``, in transitions per answer (then +Inf):
+#: 32 (one vector step of 32 envs) to 4,096 (a full stage of 64 steps x 64 envs).
+ANSWER_BUCKETS: tuple[int, ...] = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 #: One metric's samples: ``[(label values, value or LatencyHistogram), ...]``.
 Samples = list[tuple[tuple[str, ...], Any]]
@@ -154,6 +160,24 @@ METRICS: tuple[Metric, ...] = (
         "the object store), over the last >= 1 s.",
     ),
     Metric(
+        "unilab_ingest_cpu_seconds_total",
+        "counter",
+        "backend='ray' (0 with processes, which write the storage themselves): the learner thread's CPU seconds "
+        "spent taking collector answers in, by phase: wait "
+        "(the CPU of the blocking ray.wait while the learner waits for data), poll (ray.wait without blocking "
+        "on the requests in flight and on the actors' loops), fetch (the object from the object store "
+        "into this process), deserialize (unpickling it; numpy blocks are zero-copy views), copy (into the "
+        "replay's reservation or the rollout storage: reserve, write, commit), request (issuing the next "
+        "exchange requests), bookkeeping (counters, episodes, heartbeats, faults).",
+        ("phase",),
+    ),
+    Metric(
+        "unilab_ingest_answer_transitions",
+        "histogram",
+        "backend='ray': transitions carried by each collector answer the learner ingested (0 for an answer "
+        "with no data); empty with processes.",
+    ),
+    Metric(
         "unilab_object_store_bytes_in_flight",
         "gauge",
         "backend='ray': estimated bytes of collector results in the Ray object store on their way to the learner "
@@ -174,6 +198,106 @@ class ReplayInfo:
     batch_size: int
 
 
+class IngestStats:
+    """The learner's ingest cost (``backend="ray"``): CPU seconds by phase, and the size of every answer.
+
+    The pool opens a span with :meth:`begin` around each ``poll()`` and ``wait()``, closes each phase inside
+    it with :meth:`lap` (the CPU time since the previous mark goes to that phase) and the span with
+    :meth:`end`; it counts each ingested answer with :meth:`answer`. Every CPU second between ``begin`` and
+    ``end`` goes to exactly one of :data:`INGEST_PHASES`, so ``sum(cpu_seconds.values())`` equals
+    :attr:`total_cpu_seconds` (up to float rounding). Readers on other threads (Prometheus scrapes) read
+    plain floats and :meth:`cumulative` / :meth:`quantile`, which copy what they read.
+
+    Args:
+        clock: the CPU clock, in s. Default ``time.thread_time``: the learner thread only, so other
+            processes on the machine do not inflate it, and Ray's own I/O threads in the learner process
+            (which receive the replies) are not counted either.
+
+    :ivar cpu_seconds: ``{phase: CPU seconds}`` over :data:`INGEST_PHASES`.
+    :ivar total_cpu_seconds: CPU seconds of every span (``begin`` to ``end``).
+    :ivar answers: answers ingested (one per exchange result, with or without data).
+    :ivar transitions: transitions those answers carried.
+    :ivar spans: spans opened (``poll()`` and ``wait()`` calls with work to do).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.thread_time):
+        self._clock = clock
+        self.cpu_seconds = dict.fromkeys(INGEST_PHASES, 0.0)
+        self.total_cpu_seconds = 0.0
+        self.answers = 0
+        self.transitions = 0
+        self.spans = 0
+        self._sizes: dict[int, int] = {}  # transitions per answer -> answers (few distinct sizes: bounded)
+        self._start = self._last = 0.0
+
+    def begin(self) -> None:
+        """Open a span: the CPU time from now on goes to the phases :meth:`lap` names."""
+        self._start = self._last = self._clock()
+        self.spans += 1
+
+    def lap(self, phase: str) -> None:
+        """Add the CPU time since the last mark (``begin`` or ``lap``) to ``phase``.
+
+        Raises:
+            ValueError: ``phase`` is not one of :data:`INGEST_PHASES`.
+        """
+        if phase not in self.cpu_seconds:
+            raise ValueError(f"phase must be one of {INGEST_PHASES}, got {phase!r}")
+        now = self._clock()
+        self.cpu_seconds[phase] += now - self._last
+        self._last = now
+
+    def end(self, phase: str = "bookkeeping") -> None:
+        """Close the span: the CPU time since the last mark goes to ``phase``, the span's to the total."""
+        self.lap(phase)
+        self.total_cpu_seconds += self._last - self._start
+
+    def answer(self, transitions: int) -> None:
+        """Count one ingested answer carrying ``transitions`` transitions (0: no data)."""
+        n = int(transitions)
+        self.answers += 1
+        self.transitions += n
+        self._sizes[n] = self._sizes.get(n, 0) + 1
+
+    @property
+    def count(self) -> float:
+        """Answers ingested (the histogram's count)."""
+        return float(self.answers)
+
+    @property
+    def sum(self) -> float:
+        """Transitions of all answers (the histogram's sum)."""
+        return float(self.transitions)
+
+    def cumulative(self) -> list[tuple[float, float]]:
+        """Prometheus buckets of the answer sizes: ``[(le, answers with <= le transitions), ..., (inf, count)]``."""
+        sizes = dict(self._sizes)
+        out = [(float(le), float(sum(k for n, k in sizes.items() if n <= le))) for le in ANSWER_BUCKETS]
+        return [*out, (float("inf"), float(sum(sizes.values())))]
+
+    def quantile(self, q: float) -> float:
+        """The ``q`` quantile (0..1) of transitions per answer, exact (the smallest size with >= q of the
+        answers at or below it); NaN before the first answer.
+
+        Raises:
+            ValueError: ``q`` is not in [0, 1].
+        """
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"q must be in [0, 1], got {q!r}")
+        sizes = sorted(dict(self._sizes).items())
+        total = sum(k for _, k in sizes)
+        seen = 0
+        for n, k in sizes:
+            seen += k
+            if seen >= q * total and seen > 0:
+                return float(n)
+        return float("nan")
+
+    def snapshot(self) -> tuple[float, dict[str, float], int, int, int]:
+        """``(total_cpu_seconds, cpu_seconds copy, answers, transitions, spans)``, for differences over an interval."""
+        return self.total_cpu_seconds, dict(self.cpu_seconds), self.answers, self.transitions, self.spans
+
+
 class RunnerMetrics:
     """The learner's view of the pipeline metrics (see the module docstring).
 
@@ -190,6 +314,9 @@ class RunnerMetrics:
         self._pool = pool
         self._replay = replay.storage if replay is not None else None
         self._batch_size = replay.batch_size if replay is not None else 0
+        # the pool's ingest accounting (backend="ray"); other pools' collectors write the learner's storage
+        # themselves: an IngestStats that stays empty (the metrics read 0, the logger gets no ingest keys)
+        self._ingest: IngestStats = getattr(pool, "ingest_stats", None) or IngestStats()
         n = pool.num_collectors
         self.gradient_steps = 0
         self.learner_seconds = dict.fromkeys(LEARNER_PHASES, 0.0)
@@ -318,6 +445,9 @@ class RunnerMetrics:
             "unilab_ingest_transitions_per_second": [((), float(self.env_steps_per_second.sum()))],
             "unilab_object_store_bytes_in_flight": [((), float(getattr(self._pool, "bytes_in_flight", 0)))],
         }
+        ingest = self._ingest
+        values["unilab_ingest_cpu_seconds_total"] = [((p,), s) for p, s in list(ingest.cpu_seconds.items())]
+        values["unilab_ingest_answer_transitions"] = [((), ingest)]
         if self._replay_open():
             committed = self._committed()
             values.update(
@@ -347,6 +477,7 @@ class RunnerMetrics:
             "per_collector": counters.rows[:, TRANSITIONS].astype(np.float64),
             "transitions": float(counters.rows[:, TRANSITIONS].sum()),
             "committed": self._committed(),
+            "ingest": self._ingest.snapshot(),
         }
 
     def record(self, logger: Any) -> None:
@@ -358,7 +489,10 @@ class RunnerMetrics:
         ``grad_steps_per_s``, ``learner_<phase>_frac``, ``collector_restarts``,
         ``collector_errors``, ``seconds_since_progress/c<i>``, ``episodes_terminated``,
         ``episodes_truncated``, ``ingest_per_s`` (transitions the learner received per s),
-        ``object_store_bytes_in_flight`` (``backend="ray"``; else 0); off-policy also
+        ``object_store_bytes_in_flight`` (``backend="ray"``; else 0); ``backend="ray"`` also
+        ``ingest_us_per_transition`` (learner-thread CPU µs per transition ingested),
+        ``ingest_us_per_transition/<phase>`` (the same by :data:`INGEST_PHASES`),
+        ``ingest_us_per_answer`` and ``ingest_answer_transitions`` (mean transitions per answer); off-policy also
         ``replay_size``, ``replay_committed``, ``replay_write_per_s``, ``replay_sample_per_s``,
         ``replay_ratio``.
         """
@@ -398,6 +532,7 @@ class RunnerMetrics:
         rec("unilab/episodes_truncated", int(rows[:, TRUNCATED].sum()))
         rec("unilab/ingest_per_s", (now["transitions"] - prev["transitions"]) / dt)
         rec("unilab/object_store_bytes_in_flight", int(getattr(self._pool, "bytes_in_flight", 0)))
+        self._record_ingest(rec, prev["ingest"], now["ingest"])
         if self._replay_open():
             committed = self._committed()
             rec("unilab/replay_size", self._replay_size(committed))
@@ -407,6 +542,19 @@ class RunnerMetrics:
             collected = now["transitions"] - prev["transitions"]
             rec("unilab/replay_ratio", (self.gradient_steps - prev["grad"]) / collected if collected > 0 else 0.0)
         self._logged = now
+
+    @staticmethod
+    def _record_ingest(rec: Any, prev: tuple[Any, ...], now: tuple[Any, ...]) -> None:
+        """The ``unilab/ingest_*`` keys over the interval from snapshot ``prev`` to ``now`` (IngestStats.snapshot)."""
+        cpu, answers, transitions = now[0] - prev[0], now[2] - prev[2], now[3] - prev[3]
+        phases = {p: now[1][p] - prev[1][p] for p in INGEST_PHASES}
+        if transitions > 0:
+            rec("unilab/ingest_us_per_transition", 1e6 * cpu / transitions)
+            for phase, seconds in phases.items():
+                rec(f"unilab/ingest_us_per_transition/{phase}", 1e6 * seconds / transitions)
+        if answers > 0:
+            rec("unilab/ingest_us_per_answer", 1e6 * cpu / answers)
+            rec("unilab/ingest_answer_transitions", transitions / answers)
 
 
 def prometheus_app(metrics: RunnerMetrics) -> Any:

@@ -52,6 +52,7 @@ from unilab_gym.runtime.control import (
     VERSION,
 )
 from unilab_gym.runtime.errors import CollectorError
+from unilab_gym.runtime.metrics import IngestStats
 from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, CollectorStatus, Counters, Reports
 from unilab_gym.runtime.ray_collector import (
     MAX_IN_FLIGHT,
@@ -165,10 +166,12 @@ class RayCollectorPool(CollectorPool):
         self._rollouts: Any = None
         #: transitions ingested into the learner's storage so far.
         self.ingested = 0
-        #: learner seconds spent ingesting: taking results from the object store and copying them into storage.
+        #: learner wall-clock seconds spent in :meth:`poll` (taking answers in, copying them, issuing requests).
         self.ingest_s = 0.0
-        #: the learner thread's CPU seconds in the same (what other processes on the machine do not inflate).
-        self.ingest_cpu_s = 0.0
+        #: the learner thread's CPU seconds spent ingesting, by phase and per answer (:meth:`poll` and the
+        #: CPU of :meth:`wait`; see :class:`~unilab_gym.runtime.metrics.IngestStats`).
+        self.ingest_stats = IngestStats()
+        self._worker: Any = None  # Ray's worker, when its get can be timed in two phases (see _get)
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -178,6 +181,7 @@ class RayCollectorPool(CollectorPool):
         from unilab_gym.runtime.off_policy import ReplayWriter
 
         self._policy_ref = self._ray.put(self.setup.policy_bytes())  # one copy in the object store for every actor
+        self._worker = _split_get_worker(self._ray)
         writer: Any = self.setup.writers[0]
         if isinstance(writer, ReplayWriter):
             from unilab_gym.replay import ReplayStorage
@@ -329,29 +333,68 @@ class RayCollectorPool(CollectorPool):
                 self._in_flight[ref] = (c, self._generation[c], self._next_seq[c])
                 self._next_seq[c] += 1
 
+    @property
+    def ingest_cpu_s(self) -> float:
+        """The learner thread's CPU seconds spent ingesting (all phases of :attr:`ingest_stats`)."""
+        return self.ingest_stats.total_cpu_seconds
+
     def wait(self, timeout: float) -> None:
         refs = list(self._in_flight) + [r for r in self._run_refs if r is not None]
         if refs:
+            self.ingest_stats.begin()
             self._ray.wait(refs, num_returns=1, timeout=timeout)
+            self.ingest_stats.end("wait")  # CPU only: the blocked time costs none
+
+    def _get(self, ref: Any) -> Any:
+        """``ray.get(ref)``, its CPU split into the ``fetch`` and ``deserialize`` phases of :attr:`ingest_stats`.
+
+        Ray's public ``ray.get`` does both in one call; its two steps (``Worker.get_objects``: the core worker's
+        ``get_objects``, then ``Worker.deserialize_objects``) are called here one at a time, with ``ray.get``'s
+        error handling (a ``RayTaskError`` is raised as an instance of its cause, any other ``RayError`` as
+        is). Where this Ray lacks those methods, ``ray.get`` runs and all of it counts as ``fetch``.
+        """
+        stats, worker = self.ingest_stats, self._worker
+        if worker is None:
+            value = self._ray.get(ref)
+            stats.lap("fetch")
+            return value
+        serialized = worker.core_worker.get_objects([ref], -1)
+        stats.lap("fetch")
+        (value,) = worker.deserialize_objects(serialized, [ref])
+        stats.lap("deserialize")
+        exceptions = self._ray.exceptions
+        if isinstance(value, exceptions.RayTaskError):
+            raise value.as_instanceof_cause()
+        if isinstance(value, exceptions.RayError):
+            raise value
+        return value
 
     def poll(self) -> Reports:
         reports = Reports()
         if not self._actors:
             return reports
-        ray = self._ray
+        stats, t0 = self.ingest_stats, time.perf_counter()
+        stats.begin()
+        try:
+            return self._poll(reports)
+        finally:
+            stats.end("bookkeeping")
+            self.ingest_s += time.perf_counter() - t0
+
+    def _poll(self, reports: Reports) -> Reports:
+        ray, stats = self._ray, self.ingest_stats
         faults: dict[int, CollectorError] = {}
         refs = list(self._in_flight)
         if refs:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            stats.lap("poll")
             for ref in ready:
                 c, generation, seq = self._in_flight.pop(ref)
                 if generation != self._generation[c] or c in faults:
                     continue
+                stats.lap("bookkeeping")
                 try:
-                    t0, cpu0 = time.perf_counter(), time.thread_time()
-                    self._arrived[c][seq] = ray.get(ref)
-                    self.ingest_s += time.perf_counter() - t0
-                    self.ingest_cpu_s += time.thread_time() - cpu0
+                    self._arrived[c][seq] = self._get(ref)
                 except ray.exceptions.RayTaskError as exc:  # a bug in the exchange itself
                     faults[c] = self._error(c, "raised an exception", traceback=str(exc))
                 except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
@@ -359,6 +402,7 @@ class RayCollectorPool(CollectorPool):
         for c in range(self.num_collectors):
             if c not in faults:
                 self._ingest_arrived(c, reports)
+        stats.lap("bookkeeping")
         for c, run in enumerate(self._run_refs):
             if c in faults or run is None:
                 continue
@@ -373,6 +417,7 @@ class RayCollectorPool(CollectorPool):
                     faults[c] = self._error(c, "raised an exception", traceback=tb)
                 else:
                     faults[c] = self._error(c, "returned from its loop without being stopped")
+        stats.lap("poll")  # the actors' loops: ray.wait on each run ref
         since = self.seconds_since_progress()
         timeout = self.setup.collector_timeout_s
         limits = np.where(self._table.rows[:, READY] > 0, timeout, max(timeout, START_TIMEOUT_S))
@@ -396,7 +441,9 @@ class RayCollectorPool(CollectorPool):
             if self._restarts >= self.setup.max_restarts:
                 raise fault
             self._restart(c, fault)
+        stats.lap("bookkeeping")
         self._top_up()
+        stats.lap("request")
         return reports
 
     def _ingest_arrived(self, c: int, reports: Reports) -> None:
@@ -414,16 +461,16 @@ class RayCollectorPool(CollectorPool):
                 reports.episode_lengths.extend(payload[1])
             elif kind == "moments":
                 reports.moments.append((payload[0], payload[1]))
-        data = result["data"]
-        nbytes = 0
+        data, stats = result["data"], self.ingest_stats
+        nbytes = transitions = 0
         if data is not None:
-            t0, cpu0 = time.perf_counter(), time.thread_time()
+            stats.lap("bookkeeping")
             if "rows" in data:
-                nbytes = self._ingest_rows(c, data["rows"])
+                nbytes, transitions = self._ingest_rows(c, data["rows"])
             else:
-                nbytes = self._ingest_rollout(c, data)
-            self.ingest_s += time.perf_counter() - t0
-            self.ingest_cpu_s += time.thread_time() - cpu0
+                nbytes, transitions = self._ingest_rollout(c, data)
+            stats.lap("copy")
+        stats.answer(transitions)
         self._result_nbytes[c] = max(nbytes, 1024)
         row, rows = result["row"], self._table.rows
         rows[c, _REPORTED] = np.maximum(rows[c, _REPORTED], row[_REPORTED])
@@ -434,8 +481,9 @@ class RayCollectorPool(CollectorPool):
         self._node_of[c], self._pid_of[c], self._host_of[c] = result["node_id"], result["pid"], result["host"]
         self._acked_version[c] = max(self._acked_version[c], result["weights_version"])
 
-    def _ingest_rows(self, c: int, rows: np.ndarray) -> int:
-        """Copy ``rows`` ((n, width) float32) into a reservation of the learner's replay; count them."""
+    def _ingest_rows(self, c: int, rows: np.ndarray) -> tuple[int, int]:
+        """Copy ``rows`` ((n, width) float32) into a reservation of the learner's replay; count them.
+        Returns ``(bytes, transitions)``."""
         storage, n = self._replay, len(rows)
         res = storage.reserve(n)
         block = storage.block
@@ -444,10 +492,11 @@ class RayCollectorPool(CollectorPool):
         storage.commit(res)
         self._table.rows[c, TRANSITIONS] += n
         self.ingested += n
-        return int(rows.nbytes)
+        return int(rows.nbytes), n
 
-    def _ingest_rollout(self, c: int, data: dict[str, Any]) -> int:
-        """Copy rollout ``data["rollout"]`` into collector ``c``'s env columns of its slot; count it."""
+    def _ingest_rollout(self, c: int, data: dict[str, Any]) -> tuple[int, int]:
+        """Copy rollout ``data["rollout"]`` into collector ``c``'s env columns of its slot; count it.
+        Returns ``(bytes, transitions)``."""
         from unilab_gym.runtime.rollout import SLOTS
 
         storage, k = self._rollouts, int(data["rollout"])
@@ -466,7 +515,7 @@ class RayCollectorPool(CollectorPool):
         self._table.rows[c, TRANSITIONS] += transitions
         self.ingested += transitions
         self._table.rows[c, ROLLOUTS] = k + 1  # after the data: the loop reads a slot once every row passed it
-        return nbytes
+        return nbytes, int(transitions)
 
     # ------------------------------------------------------------------ faults
     def _where(self, c: int) -> str:
@@ -524,6 +573,15 @@ class RayCollectorPool(CollectorPool):
         self._table.rows[c, VERSION] = 0
         self._table.rows[c, PROGRESS] = 0
         self._spawn(c)
+
+
+def _split_get_worker(ray: Any) -> Any:
+    """Ray's global worker if ``ray.get``'s two steps can be called one at a time (see ``_get``), else ``None``."""
+    worker = getattr(getattr(getattr(ray, "_private", None), "worker", None), "global_worker", None)
+    core = getattr(worker, "core_worker", None)
+    if callable(getattr(core, "get_objects", None)) and callable(getattr(worker, "deserialize_objects", None)):
+        return worker
+    return None
 
 
 def _wait_gone(pids: list[int], timeout: float) -> None:
