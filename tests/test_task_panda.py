@@ -283,3 +283,19 @@ def test_task_config_round_trips(closing, config_type):
     config = config_type()
     assert config_type(**config.to_dict()) == config
     assert config.to_dict()["robot"] == "panda"
+
+
+def test_sb3_adapter_gives_is_success_in_the_info_of_every_finished_episode():
+    """SB3 reads ``infos[i]["is_success"]`` of finished episodes for its ``rollout/success_rate``."""
+    from unilab_gym.integrations.sb3 import make_sb3_env
+
+    venv = make_sb3_env(REACH, 2, seed=0, max_episode_steps=3)
+    try:
+        venv.reset()
+        steps = [venv.step(np.zeros((2, 7))) for _ in range(3)]
+        assert not steps[1][2].any()
+        _, _, dones, infos = steps[2]
+        assert dones.all()
+        assert all(isinstance(info["is_success"], bool) and "terminal_observation" in info for info in infos)
+    finally:
+        venv.close()
