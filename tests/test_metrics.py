@@ -339,7 +339,8 @@ def test_a_sigkilled_collector_is_restarted_and_counted(tmp_path, family):
 
 
 def test_a_script_without_main_guard_fails_fast_with_the_fix(tmp_path):
-    """Spawned collectors re-import the script; without the guard they fail while starting, and the learner says why."""
+    """Spawned collectors would re-import the script: without the guard the learner refuses at once, with the fix
+    (issue 26: before any collector starts; tests/test_runner_arguments.py checks that nothing leaks)."""
     script = tmp_path / "no_guard.py"
     script.write_text(
         textwrap.dedent(f"""
@@ -353,8 +354,9 @@ def test_a_script_without_main_guard_fails_fast_with_the_fix(tmp_path):
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
-    assert "CollectorError" in out.stderr and "exited while starting" in out.stderr
-    assert 'if __name__ == "__main__":' in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: the AsyncRunner is created at the top level of"), last
+    assert 'if __name__ == "__main__":' in last and "CollectorError" not in out.stderr
 
 
 # --------------------------------------------------------------------------- without AsyncRunner
