@@ -11,7 +11,8 @@ Collision shapes are cached per world by (shape, size) and shared by the bodies 
 frees a collision shape a body has used (``removeCollisionShape`` refuses: "Don't remove collision shape: it is
 used"), so a new shape per episode would grow memory without bound. The tasks draw sizes in whole millimetres
 (:data:`unilab_gym.tasks.panda.SIZE_RESOLUTION`), which bounds the cache (at most 3 x 71 shapes within the gripper's
-8 cm).
+8 cm). pybullet 3.2.7 also keeps ~0.9 KB per removed body (measured: 17 MB of RSS over 20,000 create/remove cycles
+of one box, with or without ``useMaximalCoordinates``): ~9 MB per 10,000 episodes of a world.
 
 Isolation: an object is in collision group 4 with mask 1 (the ground's group), so by the group/mask rule it touches
 only the ground; each link of its own robot is then paired with it by ``setCollisionFilterPair(enable=1)``, a rule
