@@ -134,7 +134,9 @@ def test_bad_values_and_unknown_names_change_nothing(tmp_path):
     before = control.hyperparameters()
     lr = model.policy.optimizer.param_groups[0]["lr"]
     bad = [
-        ({"learning_rate": 1e-3, "n_epochs": 0}, "n_epochs must be an int >= 1"),
+        ({"learning_rate": 1e-3, "n_epochs": 0}, r"n_epochs must be an int in \[1, 100\], got 0"),
+        ({"n_epochs": 10**6}, r"n_epochs must be an int in \[1, 100\]"),  # would stall the run in train()
+        ({"learning_rate": 1e9}, "learning_rate must be a finite number > 0.0 and <= 1.0"),  # NaN weights, no error
         ({"gamma": 1.5}, "gamma must be a finite number >= 0.0 and <= 1.0"),
         ({"learning_rate": float("nan")}, "learning_rate"),
         ({"batch_size": True}, "batch_size must be an int"),
@@ -161,6 +163,10 @@ def test_history_logger_and_snapshot_on_change(tmp_path):
     assert model.tau == 0.01 and model.gradient_steps == 2
     with pytest.raises(ValueError, match="multiple of 1 / \\(train_freq \\* n_envs\\)"):
         control.set_hyperparameters({"replay_ratio": 0.3})
+    with pytest.raises(ValueError, match="replay_ratio must be a finite number >= 0.0 and <= 64.0"):
+        control.set_hyperparameters({"replay_ratio": 1e6})
+    with pytest.raises(ValueError, match=r"gradient_steps must be an int in \[-1, 64\]"):  # 10**9 stalls train()
+        control.set_hyperparameters({"gradient_steps": 10**9})
     history = control.hyperparameter_history()
     assert [(h["name"], h["old"], h["new"], h["source"]) for h in history] == [
         ("tau", 0.005, 0.01, "python"),

@@ -195,9 +195,19 @@ def _per_call(model: Any) -> int:
     return int(model.train_freq.frequency) * int(model.n_envs)
 
 
+#: Upper bounds of the live values that have no natural one: beyond them a run stalls (gradient steps) or
+#: diverges (learning rate) without an error to roll back on. Replay ratios of high-UTD methods are ~20 gradient
+#: steps per transition (REDQ, Chen et al. 2021; DroQ, Hiraoka et al. 2022): 64 leaves room above them. Adam
+#: moves each weight by about ``learning_rate`` per step (Kingma and Ba 2015, sec. 2.1): above 1 a step is larger
+#: than the weights themselves. PPO's epochs per rollout are 3-30 in the published settings (SB3 default 10).
+MAX_REPLAY_RATIO = 64.0
+MAX_LEARNING_RATE = 1.0
+MAX_N_EPOCHS = 100
+
+
 def _check_gradient_steps(t: Target, value: Any) -> int:
-    steps = check_int("gradient_steps", value, minimum=-1)
-    return steps
+    limit = int(MAX_REPLAY_RATIO * _per_call(t.model))
+    return check_int("gradient_steps", value, minimum=-1, maximum=limit)
 
 
 def _set_gradient_steps(t: Target, value: int) -> None:
@@ -214,7 +224,7 @@ def _read_replay_ratio(t: Target) -> float:
 
 
 def _check_replay_ratio(t: Target, value: Any) -> float:
-    ratio = check_real("replay_ratio", value, minimum=0.0)
+    ratio = check_real("replay_ratio", value, minimum=0.0, maximum=MAX_REPLAY_RATIO)
     if t.loop is None:
         steps = ratio * _per_call(t.model)
         if abs(steps - round(steps)) > 1e-9:
@@ -365,9 +375,9 @@ def _progress(t: Target) -> float:
 HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter(
         "learning_rate",
-        "a finite number > 0",
+        "a finite number > 0 and <= 1 (MAX_LEARNING_RATE)",
         lambda t: True,
-        lambda t, v: check_real("learning_rate", v, minimum=0.0, exclusive_minimum=True),
+        lambda t, v: check_real("learning_rate", v, minimum=0.0, maximum=MAX_LEARNING_RATE, exclusive_minimum=True),
         lambda t: float(t.model.lr_schedule(_progress(t))),
         _set_learning_rate,
         _save_learning_rate,
@@ -410,7 +420,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     ),
     Hyperparameter(
         "gradient_steps",
-        "an int >= -1 (-1: one per transition)",
+        "an int >= -1 (-1: one per transition) and <= 64 (MAX_REPLAY_RATIO) * train_freq * n_envs",
         _off_policy,
         _check_gradient_steps,
         lambda t: int(t.model.gradient_steps),
@@ -419,7 +429,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     ),
     Hyperparameter(
         "replay_ratio",
-        "a finite number >= 0",
+        "a finite number >= 0 and <= 64 (MAX_REPLAY_RATIO)",
         _off_policy,
         _check_replay_ratio,
         _read_replay_ratio,
@@ -437,9 +447,9 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     ),
     Hyperparameter(
         "n_epochs",
-        "an int >= 1",
+        "an int >= 1 and <= 100 (MAX_N_EPOCHS)",
         _kinds("ppo"),
-        lambda t, v: check_int("n_epochs", v, minimum=1),
+        lambda t, v: check_int("n_epochs", v, minimum=1, maximum=MAX_N_EPOCHS),
         _attr("n_epochs"),
         _set_attr("n_epochs"),
         _save_attr("n_epochs"),
