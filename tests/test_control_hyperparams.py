@@ -136,7 +136,7 @@ def test_bad_values_and_unknown_names_change_nothing(tmp_path):
     bad = [
         ({"learning_rate": 1e-3, "n_epochs": 0}, r"n_epochs must be an int in \[1, 100\], got 0"),
         ({"n_epochs": 10**6}, r"n_epochs must be an int in \[1, 100\]"),  # would stall the run in train()
-        ({"learning_rate": 1e9}, "learning_rate must be a finite number > 0.0 and <= 1.0"),  # NaN weights, no error
+        ({"learning_rate": 1e9}, r"learning_rate must be a finite number > 0\.0 and <= 1\.0"),  # NaN weights, no error
         ({"gamma": 1.5}, "gamma must be a finite number >= 0.0 and <= 1.0"),
         ({"learning_rate": float("nan")}, "learning_rate"),
         ({"batch_size": True}, "batch_size must be an int"),
@@ -163,7 +163,7 @@ def test_history_logger_and_snapshot_on_change(tmp_path):
     assert model.tau == 0.01 and model.gradient_steps == 2
     with pytest.raises(ValueError, match="multiple of 1 / \\(train_freq \\* n_envs\\)"):
         control.set_hyperparameters({"replay_ratio": 0.3})
-    with pytest.raises(ValueError, match="replay_ratio must be a finite number >= 0.0 and <= 64.0"):
+    with pytest.raises(ValueError, match=r"replay_ratio must be a finite number >= 0\.0 and <= 64\.0"):
         control.set_hyperparameters({"replay_ratio": 1e6})
     with pytest.raises(ValueError, match=r"gradient_steps must be an int in \[-1, 64\]"):  # 10**9 stalls train()
         control.set_hyperparameters({"gradient_steps": 10**9})
