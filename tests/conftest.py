@@ -4,7 +4,7 @@ import pytest
 import torch as th
 
 #: Test modules that check determinism: CI runs them again with numpy's SIMD dispatch limited (``-m determinism``).
-DETERMINISM_MODULES = {"test_determinism", "test_gait_rewards", "test_domain_randomization"}
+DETERMINISM_MODULES = {"test_determinism", "test_gait_rewards", "test_domain_randomization", "test_task_seam"}
 #: Tests elsewhere whose name says they check that a result reproduces.
 DETERMINISM_WORDS = ("bit_for_bit", "determinis", "reproduce", "identical")
 

@@ -151,6 +151,7 @@ def test_every_refused_off_policy_construction_can_be_followed_by_a_valid_one():
         (dict(start_method="bogus"), ValueError, "start_method"),
         (dict(backend="threads"), ValueError, "backend"),
         (dict(ray_address="auto"), ValueError, "ray_address"),
+        (dict(backend="ray", ray_address=6379), ValueError, "ray_address must be a str"),  # before Ray starts
         (dict(env_id="UniLab/Quadrupd-v0"), gym.error.NameNotFound, "Did you mean"),
         (dict(env_fn=_runner_envs.quadruped), ValueError, "exactly one of env_id or env_fn"),
     ]

@@ -218,6 +218,8 @@ class AsyncRunner(RunnerControl):
             )
         if backend != "ray" and (ray_address is not None or collector_resources is not None):
             raise ValueError('ray_address and collector_resources need backend="ray"')
+        if ray_address is not None and not isinstance(ray_address, str):
+            raise ValueError(f"ray_address must be a str such as 'auto' or 'host:6379', or None, got {ray_address!r}")
         if backend == "inline" and max_collector_restarts:
             raise ValueError(
                 f'backend="inline" does not restart collectors: max_collector_restarts must be 0, got '
