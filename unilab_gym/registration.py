@@ -60,34 +60,13 @@ def make_quadruped(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
     return UniLabVectorEnv(num_envs, **kwargs)
 
 
-def make_quadrotor(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
-    """The entry point of ``UniLab/Quadrotor-v0``, for ``gym.make`` and ``gym.make_vec``: a
-    :class:`~unilab_gym.envs_quadrotor.QuadrotorEnv` (``num_envs=None``) or a
-    :class:`~unilab_gym.envs_quadrotor.QuadrotorVectorEnv` of ``num_envs`` envs (see :func:`make_quadruped` for
-    the arguments and errors)."""
+def _make_task_env(env_id: str, single: Any, vector: Any, num_envs: int | None, caller: Any,
+                   kwargs: dict[str, Any]) -> gym.Env:  # fmt: skip
+    """The ``single`` env class's env (``num_envs=None``) or the ``vector`` env class's of ``env_id``; ``caller`` is
+    the entry point's caller (``gym.make``), whose ``max_episode_steps`` would wrap a vector env in a single-env
+    ``TimeLimit`` (refused, see :func:`make_quadruped`)."""
     if num_envs is None:
-        from unilab_gym.envs_quadrotor import QuadrotorEnv
-
-        return QuadrotorEnv(**kwargs)
-    limit = _gym_make_time_limit(sys._getframe(1))
-    if limit is not None:
-        raise ValueError(
-            f"gym.make({QUADROTOR_ID!r}, num_envs={num_envs!r}, max_episode_steps={limit!r}) would wrap the vector "
-            "env in a single-env TimeLimit; give the limit to the env instead: "
-            f"gym.make_vec({QUADROTOR_ID!r}, num_envs={num_envs!r}, max_episode_steps={limit!r})"
-        )
-    from unilab_gym.envs_quadrotor import QuadrotorVectorEnv
-
-    return QuadrotorVectorEnv(num_envs, **kwargs)
-
-
-def _make_panda(env_id: str, num_envs: int | None, caller: Any, kwargs: dict[str, Any]) -> gym.Env:
-    """A Panda env of ``env_id`` (see :func:`make_panda_reach`)."""
-    from unilab_gym import envs_panda
-
-    reach = env_id == PANDA_REACH_ID
-    if num_envs is None:
-        return (envs_panda.PandaReachEnv if reach else envs_panda.PandaPickEnv)(**kwargs)
+        return single(**kwargs)
     limit = _gym_make_time_limit(caller)
     if limit is not None:
         raise ValueError(
@@ -95,7 +74,17 @@ def _make_panda(env_id: str, num_envs: int | None, caller: Any, kwargs: dict[str
             "env in a single-env TimeLimit; give the limit to the env instead: "
             f"gym.make_vec({env_id!r}, num_envs={num_envs!r}, max_episode_steps={limit!r})"
         )
-    return (envs_panda.PandaReachVectorEnv if reach else envs_panda.PandaPickVectorEnv)(num_envs, **kwargs)
+    return vector(num_envs, **kwargs)
+
+
+def make_quadrotor(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
+    """The entry point of ``UniLab/Quadrotor-v0``, for ``gym.make`` and ``gym.make_vec``: a
+    :class:`~unilab_gym.envs_quadrotor.QuadrotorEnv` (``num_envs=None``) or a
+    :class:`~unilab_gym.envs_quadrotor.QuadrotorVectorEnv` of ``num_envs`` envs (see :func:`make_quadruped` for
+    the arguments and errors)."""
+    from unilab_gym.envs_quadrotor import QuadrotorEnv, QuadrotorVectorEnv
+
+    return _make_task_env(QUADROTOR_ID, QuadrotorEnv, QuadrotorVectorEnv, num_envs, sys._getframe(1), kwargs)
 
 
 def make_panda_reach(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
@@ -103,13 +92,17 @@ def make_panda_reach(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
     :class:`~unilab_gym.envs_panda.PandaReachEnv` (``num_envs=None``) or a
     :class:`~unilab_gym.envs_panda.PandaReachVectorEnv` of ``num_envs`` envs (see :func:`make_quadruped` for the
     arguments and errors)."""
-    return _make_panda(PANDA_REACH_ID, num_envs, sys._getframe(1), kwargs)
+    from unilab_gym.envs_panda import PandaReachEnv, PandaReachVectorEnv
+
+    return _make_task_env(PANDA_REACH_ID, PandaReachEnv, PandaReachVectorEnv, num_envs, sys._getframe(1), kwargs)
 
 
 def make_panda_pick(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
     """The entry point of ``UniLab/PandaPick-v0``: a :class:`~unilab_gym.envs_panda.PandaPickEnv` or a
     :class:`~unilab_gym.envs_panda.PandaPickVectorEnv` (as :func:`make_panda_reach`)."""
-    return _make_panda(PANDA_PICK_ID, num_envs, sys._getframe(1), kwargs)
+    from unilab_gym.envs_panda import PandaPickEnv, PandaPickVectorEnv
+
+    return _make_task_env(PANDA_PICK_ID, PandaPickEnv, PandaPickVectorEnv, num_envs, sys._getframe(1), kwargs)
 
 
 def make_quadruped_rough(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
@@ -117,20 +110,10 @@ def make_quadruped_rough(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
     :class:`~unilab_gym.envs_rough.QuadrupedRoughEnv` (``num_envs=None``) or a
     :class:`~unilab_gym.envs_rough.QuadrupedRoughVectorEnv` of ``num_envs`` envs (see :func:`make_quadruped` for
     the arguments and errors)."""
-    if num_envs is None:
-        from unilab_gym.envs_rough import QuadrupedRoughEnv
+    from unilab_gym.envs_rough import QuadrupedRoughEnv, QuadrupedRoughVectorEnv
 
-        return QuadrupedRoughEnv(**kwargs)
-    limit = _gym_make_time_limit(sys._getframe(1))
-    if limit is not None:
-        raise ValueError(
-            f"gym.make({QUADRUPED_ROUGH_ID!r}, num_envs={num_envs!r}, max_episode_steps={limit!r}) would wrap the "
-            "vector env in a single-env TimeLimit; give the limit to the env instead: "
-            f"gym.make_vec({QUADRUPED_ROUGH_ID!r}, num_envs={num_envs!r}, max_episode_steps={limit!r})"
-        )
-    from unilab_gym.envs_rough import QuadrupedRoughVectorEnv
-
-    return QuadrupedRoughVectorEnv(num_envs, **kwargs)
+    caller = sys._getframe(1)
+    return _make_task_env(QUADRUPED_ROUGH_ID, QuadrupedRoughEnv, QuadrupedRoughVectorEnv, num_envs, caller, kwargs)
 
 
 def _gym_make_time_limit(caller: Any) -> Any:
