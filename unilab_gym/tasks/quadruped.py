@@ -557,8 +557,9 @@ class QuadrupedTask(Task):
         self, state: RobotState, action: np.ndarray, previous_action: np.ndarray, restarting: np.ndarray
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """Feet air times advance one step (cleared for ``restarting`` envs), then :func:`reward_terms` and
-        :func:`fall_conditions` (columns :attr:`termination_names`)."""
+        :func:`fall_conditions` (columns :attr:`termination_names`), both with :meth:`base_height`."""
         config = self.config
+        height = self.base_height(state)
         dt = config.control_dt
         self.feet_air_time, touchdown = feet_air_time(self.feet_air_time, state.foot_contact, dt)
         self.feet_air_time[restarting] = 0.0
@@ -572,15 +573,19 @@ class QuadrupedTask(Task):
             config.reward_weights,
             dt,
             projected_gravity=self._gravity,
-            base_height=state.base_pos[:, 2],
+            base_height=height,
             touchdown_air_time=touchdown,
             leg_contact=state.leg_contact,
             base_height_target=config.base_height_target,
             feet_air_time_target=config.feet_air_time_target,
             feet_air_time_max=config.feet_air_time_max,
         )
-        conditions = fall_conditions(state.base_pos[:, 2], state.base_quat, state.trunk_contact, config.termination)
+        conditions = fall_conditions(height, state.base_quat, state.trunk_contact, config.termination)
         return terms, conditions
+
+    def base_height(self, state: RobotState) -> np.ndarray:
+        """(N,) float64 base height in m that the reward and the fall check use: above the plane, z."""
+        return state.base_pos[:, 2]
 
 
 def _joint_gains(name: str, value: Any, n: int) -> tuple[float, ...]:

@@ -38,9 +38,6 @@ from unilab_gym.tasks.quadruped import (
     QuadrupedConfig,
     QuadrupedTask,
     critic_observation,
-    fall_conditions,
-    feet_air_time,
-    reward_terms,
 )
 from unilab_gym.tasks.terrain import (
     DEFAULT_PROPORTIONS,
@@ -265,34 +262,17 @@ class RoughTask(QuadrupedTask):
     def evaluate(
         self, state: RobotState, action: np.ndarray, previous_action: np.ndarray, restarting: np.ndarray
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """:class:`QuadrupedTask`'s terms and fall conditions with the base height above the terrain; records where
-        each base is (for the curriculum)."""
-        config = self.config
-        dt = config.control_dt
-        self.feet_air_time, touchdown = feet_air_time(self.feet_air_time, state.foot_contact, dt)
-        self.feet_air_time[restarting] = 0.0
-        terms = reward_terms(
-            self._lin_b,
-            self._ang_b,
-            self.command,
-            state.torques,
-            action,
-            previous_action,
-            config.reward_weights,
-            dt,
-            projected_gravity=self._gravity,
-            base_height=self._base_height,
-            touchdown_air_time=touchdown,
-            leg_contact=state.leg_contact,
-            base_height_target=config.base_height_target,
-            feet_air_time_target=config.feet_air_time_target,
-            feet_air_time_max=config.feet_air_time_max,
-        )
-        conditions = fall_conditions(self._base_height, state.base_quat, state.trunk_contact, config.termination)
+        """:class:`QuadrupedTask`'s terms and fall conditions with the base height above the terrain
+        (:meth:`base_height`); records where each base is (for the curriculum)."""
+        terms, conditions = super().evaluate(state, action, previous_action, restarting)
         self._final_xy[:] = state.base_pos[:, :2]
         self._steps += 1
         self._steps[restarting] = 0
         return terms, conditions
+
+    def base_height(self, state: RobotState) -> np.ndarray:
+        """(N,) float64 base height in m above the terrain under the base (computed in :meth:`observe`)."""
+        return self._base_height
 
     def truncation(self, episode_step: np.ndarray, max_episode_steps: int) -> np.ndarray:
         """``max_episode_steps`` reached, or the base left its tile's core."""
