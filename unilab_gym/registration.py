@@ -133,16 +133,15 @@ def _gym_make_time_limit(caller: Any) -> Any:
 
 
 def register_envs() -> None:
-    """Register the ids (idempotent)."""
-    if QUADRUPED_ROUGH_ID not in gym.registry:
-        gym.register(
-            id=QUADRUPED_ROUGH_ID,
-            entry_point="unilab_gym.registration:make_quadruped_rough",
-            vector_entry_point="unilab_gym.registration:make_quadruped_rough",
-            disable_env_checker=True,
-            order_enforce=False,
-        )
-    for env_id, entry in ((PANDA_REACH_ID, "make_panda_reach"), (PANDA_PICK_ID, "make_panda_pick")):
+    """Register the ids (idempotent): each entry point serves ``gym.make`` and ``gym.make_vec``, returned as is
+    (no env checker, no order enforcing, so that ``gym.make(id, num_envs=N)`` returns the vector env)."""
+    for env_id, entry in (
+        (QUADRUPED_ID, "make_quadruped"),
+        (QUADRUPED_ROUGH_ID, "make_quadruped_rough"),
+        (PANDA_REACH_ID, "make_panda_reach"),
+        (PANDA_PICK_ID, "make_panda_pick"),
+        (QUADROTOR_ID, "make_quadrotor"),
+    ):
         if env_id not in gym.registry:
             gym.register(
                 id=env_id,
@@ -151,20 +150,3 @@ def register_envs() -> None:
                 disable_env_checker=True,
                 order_enforce=False,
             )
-    if QUADROTOR_ID not in gym.registry:
-        gym.register(
-            id=QUADROTOR_ID,
-            entry_point="unilab_gym.registration:make_quadrotor",
-            vector_entry_point="unilab_gym.registration:make_quadrotor",
-            disable_env_checker=True,
-            order_enforce=False,
-        )
-    if QUADRUPED_ID in gym.registry:
-        return
-    gym.register(
-        id=QUADRUPED_ID,
-        entry_point="unilab_gym.registration:make_quadruped",
-        vector_entry_point="unilab_gym.registration:make_quadruped",
-        disable_env_checker=True,
-        order_enforce=False,
-    )
