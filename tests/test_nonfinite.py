@@ -74,10 +74,9 @@ def test_a_nan_in_a_dict_observation_names_its_key():
         FiniteCheckedEnv(DictObs(), collector=0).reset(seed=0)
 
 
-def test_sac_nan_observation_is_a_collector_error_and_never_reaches_the_replay(tmp_path, one_torch_thread):
-    claim = tmp_path / "claim"
-    env_fn = functools.partial(_runner_envs.tiny, claim_path=str(claim), fault="nan_obs", fault_at=30, fault_env=1)
-    model = SAC(
+def tiny_sac():
+    """SAC on a shared replay, sized for the tiny env: the model both NaN-observation tests drive."""
+    return SAC(
         "MlpPolicy",
         DummyVecEnv([_runner_envs.TinyEnv]),
         replay_buffer_class=SharedReplayBuffer,
@@ -87,6 +86,12 @@ def test_sac_nan_observation_is_a_collector_error_and_never_reaches_the_replay(t
         policy_kwargs=net(),
         seed=0,
     )
+
+
+def test_sac_nan_observation_is_a_collector_error_and_never_reaches_the_replay(tmp_path, one_torch_thread):
+    claim = tmp_path / "claim"
+    env_fn = functools.partial(_runner_envs.tiny, claim_path=str(claim), fault="nan_obs", fault_at=30, fault_env=1)
+    model = tiny_sac()
     try:
         runner = AsyncRunner(model, env_fn=env_fn, num_collectors=2, envs_per_collector=2)
         with pytest.raises(CollectorError) as info:
@@ -126,16 +131,7 @@ def test_ray_collectors_refuse_a_nan_observation_the_same_way(tmp_path, one_torc
     ray = pytest.importorskip("ray")
     claim = tmp_path / "claim"
     env_fn = functools.partial(_runner_envs.tiny, claim_path=str(claim), fault="nan_obs", fault_at=30, fault_env=1)
-    model = SAC(
-        "MlpPolicy",
-        DummyVecEnv([_runner_envs.TinyEnv]),
-        replay_buffer_class=SharedReplayBuffer,
-        learning_starts=20,
-        batch_size=16,
-        buffer_size=2_000,
-        policy_kwargs=net(),
-        seed=0,
-    )
+    model = tiny_sac()
     # a local instance of our own; its workers import _runner_envs from tests/
     ray.init(
         address="local",
