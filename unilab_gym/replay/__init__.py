@@ -1,5 +1,7 @@
-"""Framework-neutral shared-memory replay: a packed ring of rows written by collectors
-(any process) and sampled by the learner (and by read-only readers).
+"""Framework-neutral shared-memory replay.
+
+A packed ring of rows written by collectors (any process) and sampled by the learner (and by
+read-only readers).
 
 - :class:`ReplayLayout`: the byte layout, a dtype and offset per field (obs | next_obs | action |
   reward | terminated | truncated | extras), optionally memory-optimized.

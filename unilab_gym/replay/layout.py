@@ -82,8 +82,11 @@ def _spec(what: str, value: Any) -> FieldSpec:
 
 
 def _struct(fields: Iterable[tuple[str, tuple[int, ...], str]]) -> np.dtype:
-    """Aligned structured dtype of ``fields``: each at a multiple of its dtype's alignment, the
-    item size a multiple of the largest alignment."""
+    """Aligned structured dtype of ``fields``.
+
+    Each field sits at a multiple of its dtype's alignment, the item size is a multiple of the
+    largest alignment.
+    """
     names, formats, offsets = [], [], []
     offset, align = 0, 1
     for name, shape, dt in fields:
@@ -139,6 +142,7 @@ class ReplayLayout:
         *,
         final_obs: int = 0,
     ) -> None:
+        """Validate the fields and compute their offsets (arguments: see the class docstring)."""
         if isinstance(obs_dim, Mapping):
             if not obs_dim:
                 raise ValueError("a Dict observation needs at least one key")
@@ -214,9 +218,11 @@ class ReplayLayout:
 
     @property
     def side_dtype(self) -> np.dtype:
-        """Structured dtype of one side-table entry (optimized layout): the observation fields
-        (named as in the rows: ``"obs"`` or ``"obs.<key>"``) and an int64 ``"tag"`` (the sequence
-        number of the row whose next observation it is; -1 while it is written)."""
+        """Structured dtype of one side-table entry (optimized layout).
+
+        The observation fields (named as in the rows: ``"obs"`` or ``"obs.<key>"``) and an int64
+        ``"tag"`` (the sequence number of the row whose next observation it is; -1 while it is written).
+        """
         fields = [(self.obs_field(k), shape, dt) for k, shape, dt in self.obs_spec] + [("tag", (), "int64")]
         return _struct(fields)
 
@@ -246,13 +252,16 @@ class ReplayLayout:
 
     @property
     def word_dtype(self) -> np.dtype:
-        """dtype of one column of the block: float32 for an all-float32 layout, else uint8 (bytes)."""
+        """The dtype of one column of the block: float32 for an all-float32 layout, else uint8 (bytes)."""
         return self._word  # type: ignore[attr-defined]
 
     @property
     def width(self) -> int:
-        """Row width in columns of :attr:`word_dtype`: ``2*obs_dim + act_dim + 3 + extra_dim``
-        float32 values for an all-float32 layout, else :attr:`row_nbytes` bytes."""
+        """Row width in columns of :attr:`word_dtype`.
+
+        ``2*obs_dim + act_dim + 3 + extra_dim`` float32 values for an all-float32 layout, else
+        :attr:`row_nbytes` bytes.
+        """
         return self._width  # type: ignore[attr-defined]
 
     def offset(self, name: str) -> int:

@@ -156,8 +156,10 @@ class OptimizedReplayStorage(ReplayStorage):
         return ids, done, obs, nxt
 
     def _put_side(self, seqs: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
-        """Under the lock: store the next observations ``values[name][i]`` of rows ``seqs[i]`` in
-        the next side entries (if more than the table holds, only the newest are kept).
+        """Under the lock: store next observations in the side table.
+
+        The next observations ``values[name][i]`` of rows ``seqs[i]`` go to the next side entries
+        (if more than the table holds, only the newest are kept).
 
         An entry is never lost while its row may still be sampled: when an overwritten entry
         (or a dropped one of this call) belongs to a row at or above the floor, the floor moves
@@ -184,8 +186,11 @@ class OptimizedReplayStorage(ReplayStorage):
         self._fields["next"][seqs[keep] % self._capacity] = -(slots + 1)
 
     def _link(self, start: int, links: _Links) -> None:
-        """Under the lock, after rows ``[start, start + n)`` are written: point each stream's
-        previous row at its successor (or at a side entry), and keep this add's rows pending."""
+        """Under the lock, link rows ``[start, start + n)`` once they are written.
+
+        Points each stream's previous row at its successor (or at a side entry), and keeps this
+        add's rows pending.
+        """
         ids, done, obs, nxt = links
         h, cap = self._h, self._capacity
         generation, oldest = h[_GENERATION], max(h[_HEAD] - cap, h[_FLOOR])
@@ -208,8 +213,11 @@ class OptimizedReplayStorage(ReplayStorage):
             pend[name][ids] = value.reshape(value.shape[0], -1)
 
     def _pending_rows(self, streams: int) -> dict[str, np.ndarray]:
-        """This writer's rows waiting for a successor, by stream id: ``seq`` (-1: none),
-        ``generation``, and each observation field's next observation (grown on demand)."""
+        """This writer's rows waiting for a successor, by stream id.
+
+        Holds ``seq`` (-1: none), ``generation``, and each observation field's next observation
+        (grown on demand).
+        """
         pend = self._pending
         if pend and pend["seq"].shape[0] >= streams:
             return pend
@@ -248,9 +256,12 @@ class OptimizedReplayStorage(ReplayStorage):
         )
 
     def gather_fields(self, seq: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """As :meth:`SamplingRing.gather_fields <unilab_gym.replay.sampling.SamplingRing.gather_fields>`,
-        with the next observations assembled; ``ok`` is also False where a next observation is
-        not known yet or was evicted from the side table."""
+        """Gather rows ``seq`` with their next observations assembled.
+
+        As :meth:`SamplingRing.gather_fields <unilab_gym.replay.sampling.SamplingRing.gather_fields>`;
+        ``ok`` is also False where a next observation is not known yet or was evicted from the
+        side table.
+        """
         seq = np.asarray(seq, dtype=np.int64)
         with self._lock:
             generation = self._h[_GENERATION]

@@ -79,6 +79,7 @@ class SegmentLock:
     __slots__ = ("__weakref__", "closed", "fd", "forked", "name", "thread_lock")
 
     def __init__(self, segment: Segment) -> None:
+        """Lock ``segment`` through its file descriptor (the lock keeps no reference to it)."""
         self.name, self.fd, self.closed, self.forked = segment.name, segment.fd, False, False
         self.thread_lock = threading.Lock()
         _LIVE_LOCKS.add(self)
@@ -94,6 +95,7 @@ class SegmentLock:
             )
 
     def __enter__(self) -> None:
+        """Take the thread lock, then the ``flock``; raise :class:`ReplayClosedError` if closed or forked."""
         if self.closed or self.forked:
             self.check()
         self.thread_lock.acquire()
@@ -104,6 +106,7 @@ class SegmentLock:
             raise
 
     def __exit__(self, *exc: object) -> None:
+        """Release the ``flock``, then the thread lock."""
         try:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
         finally:

@@ -236,6 +236,7 @@ class ReplayRing:
         return cls
 
     def __init__(self, layout: ReplayLayout, capacity: int, *, prefix: str = DEFAULT_PREFIX) -> None:
+        """Create and own a new segment (arguments: see the class docstring)."""
         capacity = check_positive_int("capacity", capacity)
         if not isinstance(layout, ReplayLayout):
             raise ValueError(f"layout must be a ReplayLayout, got {type(layout).__name__}")
@@ -426,8 +427,10 @@ class ReplayRing:
 
     @property
     def block(self) -> np.ndarray:
-        """The packed block itself, ``(capacity, width)`` of :attr:`ReplayLayout.word_dtype`
-        (float32 for an all-float32 layout, else bytes), a zero-copy view.
+        """The packed block itself, a zero-copy view.
+
+        Shape ``(capacity, width)`` of :attr:`ReplayLayout.word_dtype` (float32 for an all-float32
+        layout, else bytes).
 
         For reading and debugging: rows may be mid-write; use :meth:`sample` / :meth:`gather`
         for consistent rows. Drop every view before :meth:`close` so the mapping can be freed.
@@ -480,12 +483,18 @@ class ReplayRing:
         return int(lengths.sum())
 
     def __repr__(self) -> str:
+        """Class, name, role (owner / attached), capacity, width and reserved / committed counts."""
         state = "closed" if self.closed else f"reserved={self.reserved}, committed={self.committed}"
         role = "owner" if self.is_owner else "attached"
         kind = type(self).__name__
         return f"{kind}({self.name!r}, {role}, capacity={self.capacity}, width={self.layout.width}, {state})"
 
     def __getstate__(self) -> NoReturn:
+        """Refuse pickling: send :attr:`handle` instead.
+
+        Raises:
+            TypeError: always.
+        """
         raise TypeError(
             "a ReplayStorage cannot be pickled: send `storage.handle` and call "
             "`ReplayStorage.attach(handle)` in the other process (or `to_state()` for a copy)"
@@ -564,8 +573,10 @@ class ReplayRing:
         return ((lo, cap, 0, first), (0, n - first, first, n))
 
     def _claim(self, n: int) -> int | str:
-        """Under the lock: record ``[head, head + n)`` in a slot and advance head; return the
-        slot, or a string saying why the rows cannot be taken yet."""
+        """Under the lock: record ``[head, head + n)`` in a slot and advance head.
+
+        Returns the slot, or a string saying why the rows cannot be taken yet.
+        """
         h = self._h
         if h[_CLOSED]:
             raise ReplayClosedError(f"shared replay segment {self.name!r} was closed by its owner")
@@ -655,8 +666,11 @@ class ReplayRing:
     def _append(
         self, cols: list[tuple[Any, Any]], n: int, timeout: float, after: Callable[[int], None] | None = None
     ) -> int:
-        """Reserve, write ``cols`` (``[(column view of the block, (n, ...) array or 0.0)]``), commit;
-        then ``after(start)`` under the lock (an optimized layout links the rows to their predecessors)."""
+        """Reserve, write ``cols`` and commit; then call ``after(start)`` under the lock.
+
+        ``cols`` is ``[(column view of the block, (n, ...) array or 0.0)]``; an optimized layout's
+        ``after`` links the rows to their predecessors.
+        """
         if n == 0:
             return self.reserved
         if n > self._capacity:
@@ -787,7 +801,9 @@ class ReplayRing:
         self._segment.close()
 
     def __enter__(self) -> Self:
+        """Return the storage itself."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the storage (see :meth:`close`)."""
         self.close()

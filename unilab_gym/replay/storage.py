@@ -94,8 +94,10 @@ def final_obs_capacity_for(capacity: int, min_episode_length: int, streams: int)
 
 
 def _as_rows(name: str, value: Any, n: int, dim: int, shape: tuple[int, ...] | None = None) -> np.ndarray:
-    """Validate a ``(n, dim)`` real-valued array (``(n,)`` accepted when ``dim == 1``, and
-    ``(n, *shape)`` when the field has that shape); returned as ``(n, dim)``."""
+    """Validate a ``(n, dim)`` real-valued array; returned as ``(n, dim)``.
+
+    ``(n,)`` is accepted when ``dim == 1``, and ``(n, *shape)`` when the field has that shape.
+    """
     arr = check_real_array(name, value)
     if arr.shape != (n, dim):
         if (dim == 1 and arr.shape == (n,)) or (shape is not None and arr.shape == (n, *shape)):
@@ -151,14 +153,17 @@ class ReplayStorage(SamplingRing):
     layout (``layout.final_obs > 0``) the object is an
     :class:`~unilab_gym.replay.linking.OptimizedReplayStorage`.
 
-    :param layout: column layout (see :class:`~unilab_gym.replay.layout.ReplayLayout`).
-    :param capacity: number of rows (transitions), ``>= 1``.
-    :param prefix: segment name prefix (the name is ``prefix`` + 16 hex digits).
-    :raises ValueError: on a bad capacity.
-    :raises ~unilab_gym.shm.SharedMemoryFullError: (an ``OSError`` and a ``MemoryError``) if
-        ``/dev/shm`` cannot back the segment; the message names the size, the free space and the
-        fix (``docker run --shm-size=...`` or a smaller capacity / ``buffer_size``).
-    :raises OSError: if the segment cannot be created for another reason.
+    Args:
+        layout: column layout (see :class:`~unilab_gym.replay.layout.ReplayLayout`).
+        capacity: number of rows (transitions), ``>= 1``.
+        prefix: segment name prefix (the name is ``prefix`` + 16 hex digits).
+
+    Raises:
+        ValueError: on a bad capacity.
+        ~unilab_gym.shm.SharedMemoryFullError: (an ``OSError`` and a ``MemoryError``) if
+            ``/dev/shm`` cannot back the segment; the message names the size, the free space and the
+            fix (``docker run --shm-size=...`` or a smaller capacity / ``buffer_size``).
+        OSError: if the segment cannot be created for another reason.
     """
 
     #: Set to True by the subclass that serves memory-optimized layouts (``final_obs > 0``):
@@ -168,6 +173,7 @@ class ReplayStorage(SamplingRing):
     _optimized_variant: ClassVar[type[ReplayStorage] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register a subclass that sets ``serves_optimized_layouts`` as the optimized-layout variant."""
         super().__init_subclass__(**kwargs)
         if cls.__dict__.get("serves_optimized_layouts"):
             ReplayStorage._optimized_variant = cls
@@ -310,8 +316,10 @@ class ReplayStorage(SamplingRing):
         return arr.shape[0]
 
     def _obs_cols(self, base: str, value: Any, n: int) -> list[tuple[Any, np.ndarray]]:
-        """Validated ``(write view, (n, size) array)`` pairs of the observation fields ``base``
-        (``(obs field name, array)`` for ``next_obs`` of an optimized layout: it has no row field)."""
+        """Validated ``(write view, (n, size) array)`` pairs of the observation fields ``base``.
+
+        For ``next_obs`` of an optimized layout the pairs are ``(obs field name, array)``: it has no row field.
+        """
         L = self._layout
         if not L.is_dict:
             _, shape, _ = L.obs_spec[0]
@@ -337,8 +345,10 @@ class ReplayStorage(SamplingRing):
         return RingState(self._layout, self._capacity, head, int(self._header[_COMMITTED]), holes, rows)
 
     def _restore(self, saved: RingState) -> None:
-        """Write ``saved`` into the header and block (under the lock, or into a new segment);
-        the slot table must be all free."""
+        """Write ``saved`` into the header and block (under the lock, or into a new segment).
+
+        The slot table must be all free.
+        """
         for slot, (lo, hi) in enumerate(saved.holes):
             self._state[slot], self._start[slot], self._stop[slot], self._spid[slot] = _ABORTED, lo, hi, 0
         self._block[: saved.rows.shape[0]] = saved.rows

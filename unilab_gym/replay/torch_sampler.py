@@ -30,17 +30,21 @@ __all__ = ["TorchSampler"]
 class TorchSampler:
     """Gather sampled replay rows into ``(B, width)`` tensors on ``device``.
 
-    :param width: row width of the storages it will sample (``layout.width``).
-    :param device: torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``).
-    :param staging: gather into a host staging buffer then copy (pinned + ``non_blocking`` on
-        CUDA). Default: ``True`` for CUDA devices, ``False`` otherwise.
-    :param dtype: column dtype of the storages (``layout.word_dtype``): float32 (default) or uint8.
-    :raises ValueError: if ``width < 1`` or ``dtype`` is neither.
+    Args:
+        width: row width of the storages it will sample (``layout.width``).
+        device: torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``).
+        staging: gather into a host staging buffer then copy (pinned + ``non_blocking`` on
+            CUDA). Default: ``True`` for CUDA devices, ``False`` otherwise.
+        dtype: column dtype of the storages (``layout.word_dtype``): float32 (default) or uint8.
+
+    Raises:
+        ValueError: if ``width < 1`` or ``dtype`` is neither.
     """
 
     def __init__(
         self, width: int, device: Any = "cpu", *, staging: bool | None = None, dtype: Any = np.float32
     ) -> None:
+        """Check the arguments and pick the torch dtype (arguments: see the class docstring)."""
         import torch
 
         self._torch = torch
