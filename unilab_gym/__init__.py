@@ -1,5 +1,7 @@
-"""unilab-gym: natively vectorized robot RL environments, a shared-memory replay buffer
-and an async collector runtime for Stable-Baselines3 and Tianshou.
+"""unilab-gym: natively vectorized robot RL environments for Stable-Baselines3 and Tianshou.
+
+Natively vectorized robot RL environments, a shared-memory replay buffer and an async collector
+runtime for Stable-Baselines3 and Tianshou.
 
 ``import unilab_gym`` registers ``UniLab/Quadruped-v0`` with Gymnasium and stays light
 (numpy, gymnasium, pybullet). Names that need torch / SB3 (``SharedReplayBuffer``,
@@ -19,8 +21,8 @@ __version__ = "0.1.0"
 
 # name -> module that defines it; loaded on first attribute access (PEP 562)
 _LAZY = {
-    "SharedReplayBuffer": "unilab_gym.integrations.sb3_replay",
-    "AsyncRunner": "unilab_gym.runtime.runner",
+    "SharedReplayBuffer": "unilab_gym.sb3.replay_buffer",
+    "AsyncRunner": "unilab_gym.sb3.runner",
     "CollectorError": "unilab_gym.runtime.errors",
 }
 

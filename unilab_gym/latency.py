@@ -64,6 +64,7 @@ class LatencyHistogram:
     SIZE = len(LATENCY_BUCKETS_US) + 2
 
     def __init__(self, out: np.ndarray | None = None) -> None:
+        """Bind the state to ``out`` or a new zeroed array (arguments: see the class docstring)."""
         self.data = _state_array(out, self.SIZE)
 
     def observe(self, microseconds: float) -> None:
@@ -88,8 +89,11 @@ class LatencyHistogram:
 
 
 def mean_latency_us(data: np.ndarray) -> float | None:
-    """Mean latency in µs of histogram states ``data`` (shape ``(..., LatencyHistogram.SIZE)``, all
-    summed, e.g. the difference of two snapshots: the mean over that interval); ``None`` if empty."""
+    """Mean latency in µs of histogram states ``data``; ``None`` if empty.
+
+    ``data`` has shape ``(..., LatencyHistogram.SIZE)``; all its states are summed (e.g. the
+    difference of two snapshots gives the mean over that interval).
+    """
     count = data[..., :-1].sum()
     return float(data[..., -1].sum() / count) if count > 0 else None
 
@@ -111,6 +115,7 @@ class StepLatency:
     TASK = slice(LatencyHistogram.SIZE, SIZE)
 
     def __init__(self, out: np.ndarray | None = None) -> None:
+        """Bind both histograms to ``out`` or a new zeroed array (arguments: see the class docstring)."""
         self.data = _state_array(out, self.SIZE)
         self.physics = LatencyHistogram(self.data[self.PHYSICS])
         self.task = LatencyHistogram(self.data[self.TASK])

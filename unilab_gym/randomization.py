@@ -170,6 +170,7 @@ class DomainRandomization:
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None):
+        """Validate ``config`` into :attr:`ranges` (arguments: see the class docstring)."""
         if config is None:
             config = {}
         if not isinstance(config, Mapping):
@@ -215,9 +216,11 @@ class DomainRandomization:
         return isinstance(other, DomainRandomization) and self.ranges == other.ranges
 
     def __hash__(self) -> int:
+        """Hash of the ranges (equal configs hash equal)."""
         return hash(tuple(self.ranges.items()))
 
     def __repr__(self) -> str:
+        """``DomainRandomization({name: [low, high]})``."""
         return f"DomainRandomization({self.to_dict()})"
 
 

@@ -177,6 +177,11 @@ class Segment:
     _finalizer: weakref.finalize
 
     def __init__(self) -> None:  # pragma: no cover - guarded
+        """Refuse direct construction.
+
+        Raises:
+            TypeError: always; use :meth:`create` or :meth:`attach`.
+        """
         raise TypeError("use Segment.create(size) or Segment.attach(name)")
 
     @classmethod

@@ -138,6 +138,7 @@ class ParameterTrace:
         condition_names: tuple[str, ...] = FALL_CONDITIONS,
         parameter_names: tuple[str, ...] = PARAMETER_NAMES,
     ) -> None:
+        """Validate the arguments and open ``path`` if given (arguments: see the class docstring)."""
         self.max_records = check_int("trace_max_records", max_records, minimum=0)
         self.path = None if path is None else _check_path(path)
         self.condition_names = tuple(condition_names)
@@ -204,8 +205,10 @@ class ParameterTrace:
         self._keep(new)
 
     def records(self) -> list[dict[str, Any]]:
-        """The kept records (the last ``max_records``; see the module docstring), oldest first, in the order the
-        episodes finished (by env index within a step)."""
+        """The kept records (the last ``max_records``; see the module docstring), oldest first.
+
+        In the order the episodes finished (by env index within a step).
+        """
         return self._to_dicts(self._ordered())
 
     def close(self) -> None:

@@ -84,6 +84,7 @@ class PolicyNet(nn.Module):
         epsilon: float = 1e-8,
         clip_obs: float = 10.0,
     ):
+        """Check the layers and statistics and store them as buffers (arguments: see the class docstring)."""
         super().__init__()
         for layer in layers:
             if not isinstance(layer, LAYER_TYPES):

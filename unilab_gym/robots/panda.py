@@ -1,5 +1,6 @@
-"""The Franka Emika Panda arm from ``pybullet_data`` (``franka_panda/panda.urdf``): 7 revolute arm joints and 2
-prismatic finger joints, bolted to the ground (a fixed base).
+"""The Franka Emika Panda arm from ``pybullet_data`` (``franka_panda/panda.urdf``).
+
+7 revolute arm joints and 2 prismatic finger joints, bolted to the ground (a fixed base).
 
 Not a choice of ``UniLab/Quadruped-v0``'s ``robot=`` (not in :data:`unilab_gym.robots.ROBOTS`): it is the robot of
 ``UniLab/PandaReach-v0`` and ``UniLab/PandaPick-v0`` (:mod:`unilab_gym.tasks.panda`).
