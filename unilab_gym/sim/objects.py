@@ -1,5 +1,6 @@
-"""Free rigid objects in a cluster world: one per robot, built anew at each of its episodes (the physics side of
-``Scene(objects=True)``).
+"""Free rigid objects in a cluster world: the physics side of ``Scene(objects=True)``.
+
+One object per robot, built anew at each of its episodes.
 
 An episode's object has its own shape (box, cylinder or sphere), size, mass and friction
 (:class:`~unilab_gym.sim.scene.ObjectEpisodes`, drawn by the task). pybullet cannot resize a collision shape once it
@@ -45,6 +46,7 @@ class ObjectSet:
     """
 
     def __init__(self, p, client: int, robots: list[int], robot_links: list[int]):
+        """Start with no bodies and an empty collision-shape cache (arguments: see the class docstring)."""
         self._p = p
         self._client = client
         self._robots = list(robots)
@@ -68,8 +70,12 @@ class ObjectSet:
         Args:
             idx: (k,) int, object (= robot) indices in this world.
             base_pos: (k, 3) m, each robot's base position after its reset, world frame.
-            shape, size, mass, friction, position, yaw: (k, ...) rows of
-                :class:`~unilab_gym.sim.scene.ObjectEpisodes` (``position`` relative to ``base_pos``).
+            shape: (k,) int, index into :data:`~unilab_gym.sim.scene.OBJECT_SHAPES`.
+            size: (k, 3) m, full extents (as in :class:`~unilab_gym.sim.scene.ObjectEpisodes`).
+            mass: (k,) kg.
+            friction: (k,) lateral friction coefficient.
+            position: (k, 3) m, relative to ``base_pos``, world frame.
+            yaw: (k,) rad, about the world z axis.
         """
         p, c = self._p, self._client
         for row, i in enumerate(idx):
@@ -121,8 +127,11 @@ class ObjectSet:
         self.bodies[i] = -1
 
     def read(self, pos: np.ndarray, quat: np.ndarray, lin_vel: np.ndarray, ang_vel: np.ndarray) -> None:
-        """Write every object's position (n, 3) m, orientation (n, 4) xyzw, linear (n, 3) m/s and angular
-        (n, 3) rad/s velocity, world frame, into the given arrays (zeros for an object not yet made)."""
+        """Write every object's pose and velocity, world frame, into the given arrays.
+
+        Position (n, 3) m, orientation (n, 4) xyzw, linear (n, 3) m/s and angular (n, 3) rad/s
+        velocity; zeros for an object not yet made.
+        """
         p, c = self._p, self._client
         for i, body in enumerate(self.bodies.tolist()):
             if body < 0:

@@ -51,6 +51,7 @@ class RotorModel:
     """Diagonal of the body's inertia tensor in kg·m^2 (the URDF's): what :func:`rate_control` assumes."""
 
     def __post_init__(self) -> None:
+        """Check the fields (see the class docstring for what is refused)."""
         for name in ("mass", "kf", "km", "thrust_to_weight"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -100,7 +101,8 @@ class RotorModel:
         saturated command loses some of its torque) and returns ``sqrt(f_i / kf)``.
 
         Args:
-            thrust: (N,) float64, N. torque: (N, 3) float64, N·m, base frame.
+            thrust: (N,) float64, N.
+            torque: (N, 3) float64, N·m, base frame.
 
         Returns:
             (N, 4) float64 rpm.
@@ -126,8 +128,14 @@ def rate_control(
     gyroscopic coupling neglected), mixed with the thrust by :meth:`RotorModel.rotor_rpm`.
 
     Args:
-        model: the rotors. thrust: (N,) N. rates: (N, 3) commanded body rates, rad/s.
-        body_rates: (N, 3) measured body rates, rad/s, base frame. period: the control period in s.
+        model: the rotors.
+        thrust: (N,) N.
+        rates: (N, 3) commanded body rates, rad/s.
+        body_rates: (N, 3) measured body rates, rad/s, base frame.
+        period: the control period in s.
+
+    Returns:
+        (N, 4) float64 rpm.
     """
     torque = np.asarray(model.inertia) * (rates - body_rates) / period
     return model.rotor_rpm(thrust, torque)

@@ -21,9 +21,11 @@ OBJECT_SHAPES = ("box", "cylinder", "sphere")
 
 @dataclass
 class ObjectEpisodes:
-    """Each env's object for its current episode (``Scene(objects=True)``), as (N, ...) arrays a task writes in
-    :meth:`~unilab_gym.tasks.base.Task.sample_episode`; the engine hands the rows of the envs it resets to the
-    physics layer, which builds each object anew (:mod:`unilab_gym.sim.objects`)."""
+    """Each env's object for its current episode (``Scene(objects=True)``), as (N, ...) arrays.
+
+    A task writes them in :meth:`~unilab_gym.tasks.base.Task.sample_episode`; the engine hands the rows of the envs it
+    resets to the physics layer, which builds each object anew (:mod:`unilab_gym.sim.objects`).
+    """
 
     shape: np.ndarray
     """(N,) int64, index in :data:`OBJECT_SHAPES`."""
@@ -47,10 +49,12 @@ class ObjectEpisodes:
 
 @dataclass
 class TerrainEpisodes:
-    """Each env's terrain tile for its current episode (``Scene(terrain=True)``), written by the task in
-    :meth:`~unilab_gym.tasks.base.Task.sample_episode`; the engine hands the rows of the envs it resets to the physics
-    layer, which gives each robot's tile these heights, centred on the robot's spawn point
-    (:mod:`unilab_gym.sim.terrain`), and writes that centre into :attr:`origin`."""
+    """Each env's terrain tile for its current episode (``Scene(terrain=True)``).
+
+    Written by the task in :meth:`~unilab_gym.tasks.base.Task.sample_episode`; the engine hands the rows of the envs
+    it resets to the physics layer, which gives each robot's tile these heights, centred on the robot's spawn point
+    (:mod:`unilab_gym.sim.terrain`), and writes that centre into :attr:`origin`.
+    """
 
     heights: np.ndarray
     """(N, n, n) float32 heights in m (row = y, column = x), centred on the tile's centre (world z = height)."""
@@ -94,6 +98,11 @@ class Scene:
     only, and the plane then collides with no robot."""
 
     def __post_init__(self) -> None:
+        """Check the fields.
+
+        Raises:
+            ValueError: an unknown ``ground``, a negative ``ground_friction``, or ``objects`` / ``terrain`` not a bool.
+        """
         if self.ground not in GROUNDS:
             raise ValueError(f"Scene: ground must be one of {list(GROUNDS)}, got {self.ground!r}")
         object.__setattr__(

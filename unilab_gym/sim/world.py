@@ -171,6 +171,7 @@ class RobotState:
         return RobotState(**views)
 
     def __len__(self) -> int:
+        """Number of robots (rows)."""
         return self.base_pos.shape[0]
 
 
@@ -186,7 +187,7 @@ _OPTIONAL_WIDTHS = {
 
 
 def _lane_y(lane: int) -> float:
-    """y coordinate in m of lane ``lane``: lanes are LANE_SPACING apart, centred on y = 0."""
+    """The y coordinate in m of lane ``lane``: lanes are LANE_SPACING apart, centred on y = 0."""
     return (lane - a1.NUM_LANES // 2) * a1.LANE_SPACING
 
 
@@ -226,6 +227,7 @@ class ClusterWorld:
         robot: RobotDescription = A1,
         scene: Scene = Scene(),  # noqa: B008  # frozen: one shared default is safe
     ):
+        """Connect a physics client and load the robots and scene (arguments: see the class docstring)."""
         num_robots = len(state)
         if num_robots < 1:
             raise ValueError(f"a cluster needs at least one robot, got {num_robots}")
@@ -459,7 +461,8 @@ class ClusterWorld:
 
         Args:
             targets: (n, 12) joint position targets in rad.
-            kp: (n, 12) stiffness in N·m/rad. kd: (n, 12) damping in N·m·s/rad.
+            kp: (n, 12) stiffness in N·m/rad.
+            kd: (n, 12) damping in N·m·s/rad.
             torque_limits: (n, 12) N·m.
             substeps: physics steps per slice.
         """
