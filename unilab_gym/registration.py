@@ -62,9 +62,11 @@ def make_quadruped(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
 
 def _make_task_env(env_id: str, single: Any, vector: Any, num_envs: int | None, caller: Any,
                    kwargs: dict[str, Any]) -> gym.Env:  # fmt: skip
-    """The ``single`` env class's env (``num_envs=None``) or the ``vector`` env class's of ``env_id``; ``caller`` is
-    the entry point's caller (``gym.make``), whose ``max_episode_steps`` would wrap a vector env in a single-env
-    ``TimeLimit`` (refused, see :func:`make_quadruped`)."""
+    """The ``single`` env class's env (``num_envs=None``) or the ``vector`` env class's of ``env_id``.
+
+    ``caller`` is the entry point's caller (``gym.make``), whose ``max_episode_steps`` would wrap a vector env in a
+    single-env ``TimeLimit`` (refused, see :func:`make_quadruped`).
+    """
     if num_envs is None:
         return single(**kwargs)
     limit = _gym_make_time_limit(caller)
@@ -78,38 +80,47 @@ def _make_task_env(env_id: str, single: Any, vector: Any, num_envs: int | None, 
 
 
 def make_quadrotor(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
-    """The entry point of ``UniLab/Quadrotor-v0``, for ``gym.make`` and ``gym.make_vec``: a
-    :class:`~unilab_gym.envs_quadrotor.QuadrotorEnv` (``num_envs=None``) or a
+    """The entry point of ``UniLab/Quadrotor-v0``, for ``gym.make`` and ``gym.make_vec``.
+
+    A :class:`~unilab_gym.envs_quadrotor.QuadrotorEnv` (``num_envs=None``) or a
     :class:`~unilab_gym.envs_quadrotor.QuadrotorVectorEnv` of ``num_envs`` envs (see :func:`make_quadruped` for
-    the arguments and errors)."""
+    the arguments and errors).
+    """
     from unilab_gym.envs_quadrotor import QuadrotorEnv, QuadrotorVectorEnv
 
     return _make_task_env(QUADROTOR_ID, QuadrotorEnv, QuadrotorVectorEnv, num_envs, sys._getframe(1), kwargs)
 
 
 def make_panda_reach(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
-    """The entry point of ``UniLab/PandaReach-v0``, for ``gym.make`` and ``gym.make_vec``: a
-    :class:`~unilab_gym.envs_panda.PandaReachEnv` (``num_envs=None``) or a
+    """The entry point of ``UniLab/PandaReach-v0``, for ``gym.make`` and ``gym.make_vec``.
+
+    A :class:`~unilab_gym.envs_panda.PandaReachEnv` (``num_envs=None``) or a
     :class:`~unilab_gym.envs_panda.PandaReachVectorEnv` of ``num_envs`` envs (see :func:`make_quadruped` for the
-    arguments and errors)."""
+    arguments and errors).
+    """
     from unilab_gym.envs_panda import PandaReachEnv, PandaReachVectorEnv
 
     return _make_task_env(PANDA_REACH_ID, PandaReachEnv, PandaReachVectorEnv, num_envs, sys._getframe(1), kwargs)
 
 
 def make_panda_pick(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
-    """The entry point of ``UniLab/PandaPick-v0``: a :class:`~unilab_gym.envs_panda.PandaPickEnv` or a
-    :class:`~unilab_gym.envs_panda.PandaPickVectorEnv` (as :func:`make_panda_reach`)."""
+    """The entry point of ``UniLab/PandaPick-v0``, for ``gym.make`` and ``gym.make_vec``.
+
+    A :class:`~unilab_gym.envs_panda.PandaPickEnv` or a :class:`~unilab_gym.envs_panda.PandaPickVectorEnv` (as
+    :func:`make_panda_reach`).
+    """
     from unilab_gym.envs_panda import PandaPickEnv, PandaPickVectorEnv
 
     return _make_task_env(PANDA_PICK_ID, PandaPickEnv, PandaPickVectorEnv, num_envs, sys._getframe(1), kwargs)
 
 
 def make_quadruped_rough(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
-    """The entry point of ``UniLab/QuadrupedRough-v0``, for ``gym.make`` and ``gym.make_vec``: a
-    :class:`~unilab_gym.envs_rough.QuadrupedRoughEnv` (``num_envs=None``) or a
+    """The entry point of ``UniLab/QuadrupedRough-v0``, for ``gym.make`` and ``gym.make_vec``.
+
+    A :class:`~unilab_gym.envs_rough.QuadrupedRoughEnv` (``num_envs=None``) or a
     :class:`~unilab_gym.envs_rough.QuadrupedRoughVectorEnv` of ``num_envs`` envs (see :func:`make_quadruped` for
-    the arguments and errors)."""
+    the arguments and errors).
+    """
     from unilab_gym.envs_rough import QuadrupedRoughEnv, QuadrupedRoughVectorEnv
 
     caller = sys._getframe(1)
@@ -117,8 +128,9 @@ def make_quadruped_rough(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
 
 
 def _gym_make_time_limit(caller: Any) -> Any:
-    """The ``max_episode_steps`` of the ``TimeLimit`` ``gym.make`` will wrap around the env, if ``caller`` (the
-    frame calling the entry point) is ``gym.make`` and it will wrap one; else ``None``.
+    """The ``max_episode_steps`` of the ``TimeLimit`` that ``gym.make`` will wrap around the env, or ``None``.
+
+    Not ``None`` only if ``caller`` (the frame calling the entry point) is ``gym.make`` and it will wrap one.
 
     ``gym.make`` takes ``max_episode_steps`` as its own argument and never passes it to the entry point, so
     its frame is the only place it can be read before the wrapper is applied.
@@ -133,8 +145,11 @@ def _gym_make_time_limit(caller: Any) -> Any:
 
 
 def register_envs() -> None:
-    """Register the ids (idempotent): each entry point serves ``gym.make`` and ``gym.make_vec``, returned as is
-    (no env checker, no order enforcing, so that ``gym.make(id, num_envs=N)`` returns the vector env)."""
+    """Register the ids (idempotent).
+
+    Each entry point serves ``gym.make`` and ``gym.make_vec``, returned as is (no env checker, no order enforcing,
+    so that ``gym.make(id, num_envs=N)`` returns the vector env).
+    """
     for env_id, entry in (
         (QUADRUPED_ID, "make_quadruped"),
         (QUADRUPED_ROUGH_ID, "make_quadruped_rough"),

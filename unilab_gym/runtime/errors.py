@@ -62,6 +62,7 @@ class CollectorError(RuntimeError):
         traceback: str | None,
         seconds_since_progress: float | None = None,
     ):
+        """Set the attributes above and append the root cause of ``traceback`` to ``message`` (unless it names it)."""
         cause = root_cause(traceback)
         head = message if cause is None or cause in message else f"{message}: {cause}"
         super().__init__(

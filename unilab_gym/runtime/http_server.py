@@ -54,6 +54,7 @@ class BoundedHTTPServer:
     """
 
     def __init__(self, routes: dict[str, Callable[[], Page]], port: int, addr: str, name: str = "http-server"):
+        """Bind the listening socket and start the server thread (arguments: see the class docstring)."""
         self._routes = dict(routes)
         family, _, _, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         sock = socket.socket(family, socket.SOCK_STREAM)

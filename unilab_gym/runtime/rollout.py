@@ -126,6 +126,7 @@ class RolloutStorage:
     versions: np.ndarray
 
     def __init__(self, handle: RolloutHandle, segment: Segment):
+        """Map every field of ``handle``'s layout onto ``segment``; use :meth:`create` or :meth:`attach`."""
         self._handle = handle
         self._segment = segment
         offset = 0
@@ -147,6 +148,7 @@ class RolloutStorage:
     def create(
         cls, n_steps: int, n_envs: int, obs_shape: ObsShape, action_dim: int, num_collectors: int
     ) -> RolloutStorage:
+        """Create and own a new segment for these sizes (arguments and errors: see the class docstring)."""
         for name, value in (
             ("n_steps", n_steps),
             ("n_envs", n_envs),
@@ -171,6 +173,7 @@ class RolloutStorage:
 
     @property
     def handle(self) -> RolloutHandle:
+        """What :meth:`attach` needs to map this storage in another process (picklable)."""
         return self._handle
 
     def fill(self, buffer: Any, slot: int) -> None:
