@@ -1,6 +1,6 @@
-"""Robustness report: evaluate a saved Stable-Baselines3 policy over a grid of physics perturbations.
+r"""Robustness report: evaluate a saved Stable-Baselines3 policy over a grid of physics perturbations.
 
-    unilab-gym robustness --model runs/ppo_dr/model.zip --algo ppo --episodes 1000 \\
+    unilab-gym robustness --model runs/ppo_dr/model.zip --algo ppo --episodes 1000 \
         --grid friction=0.3:1.2:4,mass=-1:3:4 --out robustness/
     unilab-gym robustness --replay robustness/results.json --model runs/ppo_dr/model.zip --video fail.mp4
 
