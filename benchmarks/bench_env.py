@@ -333,7 +333,8 @@ def bench_task(
     return entry
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The parser and the checked arguments (``parser.error`` exits on a bad combination)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("--quick", action="store_true", help="N=64 only, 1 repeat, fewer steps")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per configuration")
@@ -359,6 +360,37 @@ def main(argv: list[str] | None = None) -> None:
                 parser.error(f"{name} needs --task")
     elif args.sweep_cluster:
         parser.error("--task and --sweep-cluster are separate modes: give one")
+    return parser, args
+
+
+def sweep_cluster(steps: int, warmup: int, repeats: int, out: str) -> None:
+    """``--sweep-cluster``: UniLabVectorEnv over ``envs_per_cluster`` at N=64 (and two at N=256); write ``out``."""
+    configs = {}
+    for epc in (1, 4, 8, 16, 32, 64):
+        configs[f"envs_per_cluster={epc}"] = (
+            run_unilab,
+            dict(num_envs=64, steps=steps, warmup=warmup, envs_per_cluster=epc),
+        )
+    configs["256 envs, envs_per_cluster=16"] = (
+        run_unilab,
+        dict(num_envs=256, steps=steps // 2, warmup=warmup, envs_per_cluster=16),
+    )
+    configs["256 envs, envs_per_cluster=32"] = (
+        run_unilab,
+        dict(num_envs=256, steps=steps // 2, warmup=warmup, envs_per_cluster=32),
+    )
+    runs = run_interleaved(configs, repeats, desc="envs_per_cluster sweep")
+    print("\n| configuration | env-steps/s (median [min, max]) | RSS MB |")
+    print("|---|---|---|")
+    for name, rs in runs.items():
+        med, lo, hi = summarize(rs, "env_steps_per_s")
+        print(f"| {name} | {med:,.0f} [{lo:,.0f}, {hi:,.0f}] | {summarize(rs, 'rss_mb')[0]:,.0f} |")
+    write_json(out, {"machine": machine_info(), "runs": runs})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the mode the arguments pick (the default comparison, ``--sweep-cluster`` or ``--task``)."""
+    parser, args = _parse_args(argv)
     repeats = 1 if args.quick else args.repeats
     steps = 30 if args.quick else args.steps
     warmup = 10
@@ -379,28 +411,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     if args.sweep_cluster:
-        configs = {}
-        for epc in (1, 4, 8, 16, 32, 64):
-            configs[f"envs_per_cluster={epc}"] = (
-                run_unilab,
-                dict(num_envs=64, steps=steps, warmup=warmup, envs_per_cluster=epc),
-            )
-        configs["256 envs, envs_per_cluster=16"] = (
-            run_unilab,
-            dict(num_envs=256, steps=steps // 2, warmup=warmup, envs_per_cluster=16),
-        )
-        configs["256 envs, envs_per_cluster=32"] = (
-            run_unilab,
-            dict(num_envs=256, steps=steps // 2, warmup=warmup, envs_per_cluster=32),
-        )
-        runs = run_interleaved(configs, repeats, desc="envs_per_cluster sweep")
-        print("\n| configuration | env-steps/s (median [min, max]) | RSS MB |")
-        print("|---|---|---|")
-        for name, rs in runs.items():
-            med, lo, hi = summarize(rs, "env_steps_per_s")
-            print(f"| {name} | {med:,.0f} [{lo:,.0f}, {hi:,.0f}] | {summarize(rs, 'rss_mb')[0]:,.0f} |")
-        out = args.out or os.path.join(RESULTS_DIR, "bench_env_cluster_sweep.json")
-        write_json(out, {"machine": machine_info(), "runs": runs})
+        sweep_cluster(steps, warmup, repeats, args.out or os.path.join(RESULTS_DIR, "bench_env_cluster_sweep.json"))
         return
 
     sizes = [64] if args.quick else [64, 256]
