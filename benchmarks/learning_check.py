@@ -7,13 +7,19 @@
     python benchmarks/learning_check.py --only ppo-stock,sac-async
     python benchmarks/learning_check.py --plot-only --threshold 24   # re-summarize and redraw from the JSON
     python benchmarks/learning_check.py --task UniLab/Quadruped-v0 --robot aliengo [--algo sac]  # one task
+    python benchmarks/learning_check.py --task UniLab/PandaReach-v0 --save-model models/  # keep the model
 
-**Per task** (``--task ID [--robot NAME] [--algo ppo|sac]``, any registered ``UniLab/*`` id; issue 27):
-stock SB3 PPO (or SAC) with the settings below on 64 envs for ``--minutes`` of training (default 7,
-``--quick`` 0.75), ``--seeds`` seeds (default 1), then the deterministic policy and a uniform random
-policy on the same evaluation episodes (:func:`evaluate_task`); one entry per (task, robot) merged
-into ``--out``/``tasks.json`` (:func:`learn_task`, :data:`TASK_KEYS`; ``success_rate`` where the
-env's info has ``is_success``). Rerunning one (task, robot) replaces its entry only.
+**Per task** (``--task ID [--robot NAME] [--algo ppo|sac] [--save-model DIR]``, any registered ``UniLab/*``
+id; issue 27): stock SB3 PPO with the task's shipped settings (:data:`TASK_SETTINGS`: envs, evaluation
+episodes, ``VecNormalize`` or not, PPO's hyperparameters; the quadrupeds' are :func:`ppo_kwargs`), or SAC
+with :func:`sac_kwargs`, for ``--minutes`` of training (default 7, ``--quick`` 0.75), ``--seeds`` seeds
+(default 1), then the deterministic policy and a uniform random policy on the same evaluation episodes
+(:func:`evaluate_task`: returns, ``is_success``, each reward term's mean episode sum, and the quadrupeds'
+linear-velocity tracking error); one entry per (task, robot) merged into ``--out``/``tasks.json``
+(:func:`learn_task`, :data:`TASK_KEYS`; ``success_rate`` where the env's info has ``is_success``; the
+budget, envs, hyperparameters, load and tracking error beside them). Rerunning one (task, robot) replaces
+its entry only. ``--save-model DIR`` keeps each trained model as ``DIR/<task name>_<robot>.zip`` (e.g.
+``Quadruped-v0_aliengo.zip``) with its ``VecNormalize`` statistics in ``..._vecnormalize.pkl``.
 
 **Configurations** (``--only`` takes an algorithm, ``ppo`` / ``sac``, or these keys, comma-separated):
 
@@ -112,6 +118,7 @@ from common import (
 )
 
 from unilab_gym.cli import HelpFormatter
+from unilab_gym.tasks.quadruped import TRACKING_SIGMA
 from unilab_gym.validation import check_positive, check_positive_int, check_real
 
 ID = "UniLab/Quadruped-v0"
@@ -216,9 +223,14 @@ def build(
     buffer_size: int,
     env_kwargs: dict[str, Any],
     env_id: str = ID,
+    ppo: dict[str, Any] | None = None,
+    normalize: bool = True,
 ) -> tuple[Any, Callable[[int], Any], Callable[[], None]]:
     """A configuration's model on ``env_id``, ``learn(env_steps)`` (one segment, ``reset_num_timesteps=False``)
-    and ``close()``."""
+    and ``close()``.
+
+    ``ppo``: PPO's settings (default :func:`ppo_kwargs`; ``--task`` passes :func:`task_ppo_kwargs`);
+    ``normalize``: PPO's env under ``VecNormalize`` (default) or not."""
     from stable_baselines3 import PPO, SAC
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -228,8 +240,11 @@ def build(
     common: dict[str, Any] = dict(seed=seed, device="cpu", verbose=0)
     model: Any
     if config.algo == "ppo":
-        env = VecNormalize(make_sb3_env(env_id, num_envs, seed=seed, **env_kwargs), gamma=0.99)
-        model = PPO("MlpPolicy", env, **ppo_kwargs(num_envs), **common)
+        settings = ppo_kwargs(num_envs) if ppo is None else ppo
+        env = make_sb3_env(env_id, num_envs, seed=seed, **env_kwargs)
+        if normalize:
+            env = VecNormalize(env, gamma=settings.get("gamma", 0.99))
+        model = PPO("MlpPolicy", env, **settings, **common)
     else:
         # AsyncRunner's collectors step their own envs: the model's env only gives the spaces
         env = make_sb3_env(env_id, num_envs if config.runner == "stock" else 1, seed=seed, **env_kwargs)
@@ -587,6 +602,66 @@ TASK_KEYS = ("task", "robot", "algo", "env_steps", "wall_clock_s", "return_rando
 TASK_ALGOS = ("ppo", "sac")
 
 
+#: Per-task settings of ``--task`` (issue 27, item 2: "stock PPO with the shipped hyperparameters"): ``num_envs``
+#: (training envs), ``eval_episodes``, ``normalize`` (PPO's env under ``VecNormalize``) and ``ppo``: ``None`` for
+#: :func:`ppo_kwargs` (``examples/train_ppo_sb3.py``, the quadrupeds'), else the settings given to SB3's ``PPO``
+#: (the rest are SB3's defaults; ``"tanh"`` nets are SB3's default ``MlpPolicy`` activation). The Panda and
+#: quadrotor settings are those their tasks were first trained with (2026-12-02, ``docs/tasks/*.md``): Reach
+#: reached 56 % success in 480 s with them, the quadrotor 100 % in 26 s of training. A task not listed gets
+#: :data:`DEFAULT_TASK_SETTINGS`. ``--smoke`` keeps the PPO settings but uses its own ``num_envs`` and episodes.
+DEFAULT_TASK_SETTINGS: dict[str, Any] = {"num_envs": 64, "eval_episodes": 16, "normalize": True, "ppo": None}
+_ARM_PPO: dict[str, Any] = {
+    "n_steps": 64,
+    "batch_size": 256,
+    "n_epochs": 5,
+    "learning_rate": 3e-4,
+    "gamma": 0.95,
+    "gae_lambda": 0.95,
+    "policy_kwargs": {"net_arch": [128, 128]},
+}
+TASK_SETTINGS: dict[str, dict[str, Any]] = {
+    "UniLab/Quadruped-v0": DEFAULT_TASK_SETTINGS,
+    "UniLab/QuadrupedRough-v0": {**DEFAULT_TASK_SETTINGS, "num_envs": 32},
+    "UniLab/PandaReach-v0": {"num_envs": 16, "eval_episodes": 64, "normalize": False, "ppo": _ARM_PPO},
+    "UniLab/PandaPick-v0": {"num_envs": 16, "eval_episodes": 64, "normalize": False, "ppo": _ARM_PPO},
+    "UniLab/Quadrotor-v0": {
+        "num_envs": 32,
+        "eval_episodes": 32,
+        "normalize": True,
+        "ppo": {
+            "n_steps": 128,
+            "batch_size": 1024,
+            "n_epochs": 5,
+            "learning_rate": 3e-4,
+            "policy_kwargs": {"net_arch": [128, 128]},
+        },
+    },
+}
+
+
+def task_settings(task: str) -> dict[str, Any]:
+    """``task``'s row of :data:`TASK_SETTINGS` (:data:`DEFAULT_TASK_SETTINGS` for a task not listed)."""
+    return TASK_SETTINGS.get(task, DEFAULT_TASK_SETTINGS)
+
+
+def task_ppo_kwargs(task: str, num_envs: int) -> dict[str, Any]:
+    """PPO's settings for ``task`` on ``num_envs`` envs: :func:`ppo_kwargs`, or the task's row of :data:`TASK_SETTINGS`.
+
+    ``batch_size`` is capped at one rollout (``n_steps * num_envs``), as :func:`ppo_kwargs` does.
+    """
+    ppo = task_settings(task)["ppo"]
+    if ppo is None:
+        return ppo_kwargs(num_envs)
+    kwargs = {**ppo, "policy_kwargs": dict(ppo.get("policy_kwargs", {}))}
+    kwargs["batch_size"] = min(kwargs.get("batch_size", 64), kwargs.get("n_steps", 2048) * num_envs)
+    return kwargs
+
+
+def model_stem(task: str, robot: str) -> str:
+    """The file name (no extension) of a saved model: ``"Quadruped-v0_aliengo"`` for ``UniLab/Quadruped-v0``."""
+    return f"{task.split('/')[-1]}_{robot}"
+
+
 class TaskArgumentError(ValueError):
     """A bad ``--task`` / ``--robot`` / ``--algo``, or an ``--out/tasks.json`` that is not a per-task results file."""
 
@@ -635,11 +710,20 @@ def evaluate_task(
         done = np.zeros(n_episodes, dtype=bool)
         success = np.zeros(n_episodes, dtype=bool)
         has_success = False
+        terms: dict[str, np.ndarray] = {}
+        tracking = _tracking_scale(env.unwrapped)
+        errors_sq: list[np.ndarray] = []
         while not done.all():
             x = obs if vecnormalize is None else vecnormalize.normalize_obs(obs)
             action, _ = policy.predict(x, deterministic=True)
             obs, reward, terminated, truncated, info = env.step(np.asarray(action, dtype=np.float32))
             returns[~done] += reward[~done]
+            for name, value in info.get("reward_terms", {}).items():
+                if not name.startswith("_"):
+                    terms.setdefault(name, np.zeros(n_episodes))[~done] += np.asarray(value)[~done]
+            if tracking is not None and "tracking_lin_vel" in info.get("reward_terms", {}):
+                kernel = np.asarray(info["reward_terms"]["tracking_lin_vel"])[~done] / tracking
+                errors_sq.append(-TRACKING_SIGMA_MPS2 * np.log(np.clip(kernel, 1e-300, 1.0)))
             ended = (terminated | truncated) & ~done
             if "is_success" in info:
                 has_success = True
@@ -647,11 +731,35 @@ def evaluate_task(
             done |= ended
     finally:
         env.close()
+    squared = np.concatenate(errors_sq) if errors_sq else None
     return {
         "returns": returns.tolist(),
         "return_mean": float(returns.mean()),
         "success_rate": float(success.mean()) if has_success else None,
+        "reward_terms_mean": {name: float(v.mean()) for name, v in terms.items()},
+        "lin_vel_tracking_error_mps": None if squared is None else float(np.sqrt(squared).mean()),
     }
+
+
+#: legged_gym's ``tracking_sigma`` in (m/s)^2: the quadruped's ``tracking_lin_vel`` is ``exp(-|err|^2 / sigma)``
+#: times its weight and the control period (``unilab_gym.tasks.quadruped``).
+TRACKING_SIGMA_MPS2 = TRACKING_SIGMA
+
+
+def _tracking_scale(env: Any) -> float | None:
+    """The factor (weight x control period, s) of a quadruped env's ``tracking_lin_vel`` term; ``None`` otherwise.
+
+    Dividing the term by it gives the kernel ``exp(-|cmd_xy - v_xy|^2 / sigma)``, so each step's linear-velocity
+    tracking error (m/s) is ``sqrt(-sigma * ln(kernel))``: :func:`evaluate_task`'s ``lin_vel_tracking_error_mps``,
+    the mean over every evaluated step.
+    """
+    weights = getattr(env, "reward_weights", None)
+    config = getattr(env, "config", None)
+    weight = getattr(weights, "tracking_lin_vel", None)
+    dt = getattr(config, "control_dt", None)
+    if not weight or dt is None:
+        return None
+    return float(weight) * float(dt)
 
 
 def task_run(
@@ -665,26 +773,41 @@ def task_run(
     learning_starts: int,
     buffer_size: int,
     max_episode_steps: int | None,
+    save_model: str | None = None,
 ) -> dict[str, Any]:
     """Train stock SB3 ``algo`` on ``task`` for ``budget_s`` seconds of ``learn`` calls; evaluate it and random.
 
-    The model is :func:`build`'s ``ppo-stock`` / ``sac-stock`` (the shipped settings, :func:`ppo_kwargs`,
-    :func:`sac_kwargs`) on ``num_envs`` envs; training is timed as in :func:`run` (segments sized to the rest of
-    the budget, :func:`next_segment`), with no evaluation until the end. Both evaluations (:func:`evaluate_task`)
-    use the same ``eval_episodes`` episodes, seeded :data:`EVAL_SEED` ``+ i``.
+    The model is :func:`build`'s ``ppo-stock`` / ``sac-stock`` on ``num_envs`` envs, PPO with the task's shipped
+    settings (:func:`task_ppo_kwargs`, ``VecNormalize`` where :data:`TASK_SETTINGS` says so), SAC with
+    :func:`sac_kwargs`; training is timed as in :func:`run` (segments sized to the rest of the budget,
+    :func:`next_segment`), with no evaluation until the end. Both evaluations (:func:`evaluate_task`) use the
+    same ``eval_episodes`` episodes, seeded :data:`EVAL_SEED` ``+ i``.
+
+    Args:
+        save_model: a path without extension, or ``None``: the trained model is saved to ``save_model + ".zip"``
+            (SB3's ``save``) and its ``VecNormalize`` statistics, if any, to ``save_model + "_vecnormalize.pkl"``.
 
     Returns:
         ``seed``, ``algo``, ``env_steps``, ``wall_clock_s`` (timed training, s), ``env_steps_per_s``, ``learn_calls``,
         ``return_random``, ``return_trained``, ``success_rate_random`` and ``success_rate`` (``None`` without
-        ``is_success``), and both evaluations in full (``random``, ``trained``).
+        ``is_success``), both evaluations in full (``random``, ``trained``) and ``saved`` (the files written).
     """
     import torch
 
     torch.set_num_threads(1)
     kwargs = {**env_kwargs, **({} if max_episode_steps is None else {"max_episode_steps": max_episode_steps})}
     model, learn, close = build(
-        CONFIGS[f"{algo}-stock"], seed, num_envs, learning_starts, buffer_size, kwargs, env_id=task
+        CONFIGS[f"{algo}-stock"],
+        seed,
+        num_envs,
+        learning_starts,
+        buffer_size,
+        kwargs,
+        env_id=task,
+        ppo=task_ppo_kwargs(task, num_envs),
+        normalize=bool(task_settings(task)["normalize"]),
     )
+    saved: list[str] = []
     unit = model.n_steps * num_envs if algo == "ppo" else num_envs
     random_steps = learning_starts if algo == "sac" else 0
     trained = 0.0
@@ -708,6 +831,13 @@ def task_run(
             rate = None if random_phase else (model.num_timesteps - start) / max(elapsed, 1e-9)
         normalizer = model.get_vec_normalize_env() if hasattr(model, "get_vec_normalize_env") else None
         final = evaluate_task(model, task, eval_episodes, kwargs, vecnormalize=normalizer)
+        if save_model is not None:
+            os.makedirs(os.path.dirname(os.path.abspath(save_model)), exist_ok=True)
+            model.save(save_model + ".zip")
+            saved.append(save_model + ".zip")
+            if normalizer is not None:
+                normalizer.save(save_model + "_vecnormalize.pkl")
+                saved.append(save_model + "_vecnormalize.pkl")
     finally:
         close()
     print(
@@ -728,6 +858,7 @@ def task_run(
         "success_rate": final["success_rate"],
         "random": random,
         "trained": final,
+        "saved": saved,
     }
 
 
@@ -745,27 +876,61 @@ def task_entry(task: str, robot: str, algo: str, runs: list[dict[str, Any]]) -> 
 
 
 def task_markdown(payload: dict[str, Any]) -> str:
-    """The tasks table of ``docs/benchmarks.md`` from a ``tasks.json`` payload (every entry)."""
+    """The tasks table of ``docs/benchmarks.md`` from a ``tasks.json`` payload (every entry).
+
+    Columns beyond the issue's keys appear where an entry has them (:func:`learn_task`'s extras): the budget and
+    envs, the success rate of random actions next to the trained one, and the quadrupeds' linear-velocity tracking
+    error (m/s, random -> trained). A missing figure is ``—``.
+    """
+
+    def number(e: dict[str, Any], key: str, fmt: str) -> str:
+        return "—" if e.get(key) is None else format(e[key], fmt)
+
     lines = [
-        "| task | robot | algo | env steps | wall clock s | return, random | return, trained | success rate |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | robot | algo | envs | budget s | env steps | wall clock s | return, random | return, trained | "
+        "success rate, random → trained | lin. vel. tracking error m/s, random → trained |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in payload["tasks"]:
-        rate = "—" if e.get("success_rate") is None else f"{e['success_rate']:.2f}"
+        success = "—" if e.get("success_rate") is None else f"{e['success_rate']:.2f}"
+        if e.get("success_rate_random") is not None and e.get("success_rate") is not None:
+            success = f"{e['success_rate_random']:.2f} → {success}"
+        tracking = "—"
+        if e.get("lin_vel_tracking_error_mps_trained") is not None:
+            tracking = f"{number(e, 'lin_vel_tracking_error_mps_random', '.2f')} → "
+            tracking += f"{e['lin_vel_tracking_error_mps_trained']:.2f}"
         lines.append(
-            f"| {e['task']} | {e['robot']} | {e['algo']} | {e['env_steps']:,.0f} | {e['wall_clock_s']:.0f} | "
-            f"{e['return_random']:.2f} | {e['return_trained']:.2f} | {rate} |"
+            f"| {e['task']} | {e['robot']} | {e['algo']} | {number(e, 'num_envs', 'd')} | "
+            f"{number(e, 'budget_s', '.0f')} | {e['env_steps']:,.0f} | {e['wall_clock_s']:.0f} | "
+            f"{e['return_random']:.2f} | {e['return_trained']:.2f} | {success} | {tracking} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def learn_task(
-    task: str, robot: str | None, algo: str, mode: str, seeds: int, minutes: float, out: str
+    task: str,
+    robot: str | None,
+    algo: str,
+    mode: str,
+    seeds: int,
+    minutes: float,
+    out: str,
+    save_model: str | None = None,
 ) -> dict[str, Any]:
     """``--task``: train and evaluate ``seeds`` seeds of stock ``algo`` on (task, robot); merge into ``out/tasks.json``.
 
     Seeds run in fresh processes, one after the other (``--smoke``: in this process). Rerunning a
-    (task, robot) replaces its entry only (:func:`common.merge_task_results`).
+    (task, robot) replaces its entry only (:func:`common.merge_task_results`). The entry has the issue's keys
+    (:func:`task_entry`) and, beyond them, what it was run with: ``seed`` (seeds), ``budget_s``, ``num_envs``,
+    ``eval_episodes``, ``vecnormalize``, ``hyperparameters``, ``env_steps_per_s``, ``load_average`` (start and end
+    of the run) and ``busy_cores`` (other processes' cores at the start), ``success_rate_random`` where the task
+    defines success, and for tasks with a ``tracking_lin_vel`` term (the quadrupeds)
+    ``lin_vel_tracking_error_mps_random`` / ``_trained`` (:func:`evaluate_task`; medians over seeds).
+
+    Args:
+        save_model: a folder, or ``None``: each seed's trained model is saved there as
+            ``<task name>_<robot>.zip`` (:func:`model_stem`; ``_seed<k>`` before the extension when ``seeds > 1``),
+            with ``_vecnormalize.pkl`` beside it where the model's env is normalized.
 
     Returns:
         The ``tasks.json`` payload written.
@@ -784,20 +949,36 @@ def learn_task(
     except ValueError as e:
         raise TaskArgumentError(str(e)) from None
     cfg = MODES[mode]
+    row = task_settings(task)
     settings = {
         "budget_s": minutes * 60,
-        "num_envs": cfg["num_envs"],
-        "eval_episodes": cfg["eval_episodes"],
+        "num_envs": cfg["num_envs"] if mode == "smoke" else row["num_envs"],
+        "eval_episodes": cfg["eval_episodes"] if mode == "smoke" else row["eval_episodes"],
         "learning_starts": cfg["learning_starts"],
         "buffer_size": cfg["buffer_size"],
         "max_episode_steps": SMOKE_EPISODE_STEPS if mode == "smoke" else None,
     }
     busy = warn_if_busy(seconds=0.2 if mode == "smoke" else 2.0)
     job = {k: v for k, v in settings.items() if k != "budget_s"}
+    stem = model_stem(task, robot_name)
+
+    def saved_as(seed: int) -> str | None:
+        if save_model is None:
+            return None
+        return os.path.join(save_model, stem if seeds == 1 else f"{stem}_seed{seed}")
+
     jobs = {
         f"{task} {algo} seed {seed}": (
             task_run,
-            dict(task=task, env_kwargs=env_kwargs, algo=algo, seed=seed, budget_s=settings["budget_s"], **job),
+            dict(
+                task=task,
+                env_kwargs=env_kwargs,
+                algo=algo,
+                seed=seed,
+                budget_s=settings["budget_s"],
+                save_model=saved_as(seed),
+                **job,
+            ),
         )
         for seed in range(seeds)
     }
@@ -807,10 +988,29 @@ def learn_task(
     date = datetime.date.today().isoformat()
     load = {"start": busy, "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     hyperparameters = (
-        ppo_kwargs(settings["num_envs"])
+        task_ppo_kwargs(task, settings["num_envs"])
         if algo == "ppo"
         else sac_kwargs(settings["num_envs"], settings["learning_starts"], settings["buffer_size"])
     )
+    entry.update(
+        {
+            "seed": [r["seed"] for r in results] if seeds > 1 else results[0]["seed"],
+            "budget_s": settings["budget_s"],
+            "num_envs": settings["num_envs"],
+            "eval_episodes": settings["eval_episodes"],
+            "vecnormalize": algo == "ppo" and bool(row["normalize"]),
+            "hyperparameters": _jsonable(hyperparameters),
+            "env_steps_per_s": statistics.median(r["env_steps_per_s"] for r in results),
+            "load_average": {"start": busy["load_average"], "end": load["load_average_end"]},
+            "busy_cores": busy["busy_cores"],
+        }
+    )
+    if "success_rate" in entry:
+        entry["success_rate_random"] = statistics.median(r["success_rate_random"] for r in results)
+    for which in ("random", "trained"):
+        errors = [r[which]["lin_vel_tracking_error_mps"] for r in results]
+        if all(e is not None for e in errors):
+            entry[f"lin_vel_tracking_error_mps_{which}"] = statistics.median(errors)
     details = {
         "date": date,
         "mode": mode,
@@ -872,9 +1072,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--robot", default=None, help="with --task: the robot= of the task (default: the task's)")
     parser.add_argument("--algo", default=None, help=f"with --task: {' or '.join(TASK_ALGOS)} (default ppo)")
+    parser.add_argument(
+        "--save-model",
+        default=None,
+        metavar="DIR",
+        help="with --task: save the trained model to DIR/<task name>_<robot>.zip (+ _vecnormalize.pkl)",
+    )
     args = parser.parse_args(argv)
     if args.task is None:
-        for flag, value in (("--robot", args.robot), ("--algo", args.algo)):
+        for flag, value in (("--robot", args.robot), ("--algo", args.algo), ("--save-model", args.save_model)):
             if value is not None:
                 parser.error(f"{flag} needs --task")
     else:
@@ -890,7 +1096,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         except ValueError as e:
             parser.error(str(e))
         try:
-            return learn_task(args.task, args.robot, args.algo or "ppo", task_mode, seeds, minutes, args.out)
+            return learn_task(
+                args.task, args.robot, args.algo or "ppo", task_mode, seeds, minutes, args.out, args.save_model
+            )
         except TaskArgumentError as e:  # the arguments, checked before anything is trained or written
             parser.error(str(e))
     if args.plot_only:

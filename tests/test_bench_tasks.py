@@ -99,19 +99,74 @@ def test_evaluate_task_reports_success_where_the_info_has_it():
     assert quadruped["success_rate"] is None and math.isfinite(quadruped["return_mean"])
 
 
+def test_evaluate_task_splits_the_return_into_reward_terms_and_measures_quadruped_tracking():
+    """The terms' episode sums add up to the return; standing still, the tracking error is the commanded speed."""
+    import gymnasium as gym
+
+    class Zero:
+        def predict(self, obs, deterministic=True):
+            return np.zeros((len(obs), 12), np.float32), None
+
+    figures = lc.evaluate_task(Zero(), QUADRUPED, 3, {"max_episode_steps": 4})
+    assert {"tracking_lin_vel", "alive"} <= set(figures["reward_terms_mean"])
+    assert sum(figures["reward_terms_mean"].values()) == pytest.approx(figures["return_mean"], rel=1e-9)
+    env = gym.make_vec(QUADRUPED, num_envs=3)
+    try:
+        _, info = env.reset(seed=lc.EVAL_SEED)  # evaluate_task's episodes
+        speed = np.hypot(info["command"][:, 0], info["command"][:, 1]).mean()
+    finally:
+        env.close()
+    # the robot barely moves in 4 steps at zero action: the error is |command_xy| within a few cm/s
+    assert speed > 0.1 and figures["lin_vel_tracking_error_mps"] == pytest.approx(speed, abs=0.05)
+    space = SimpleNamespace(low=-np.ones(7, np.float32), high=np.ones(7, np.float32))
+    reach = lc.evaluate_task(lc.RandomPolicy(space), "UniLab/PandaReach-v0", 2, {"max_episode_steps": 3})
+    assert reach["lin_vel_tracking_error_mps"] is None  # no velocity command
+    assert sum(reach["reward_terms_mean"].values()) == pytest.approx(reach["return_mean"], rel=1e-9)
+
+
+def test_task_settings_are_the_shipped_ones_per_task():
+    """Quadrupeds: examples/train_ppo_sb3.py's PPO; the arm and the quadrotor: their own rows, batch capped."""
+    assert lc.task_ppo_kwargs(QUADRUPED, 64) == lc.ppo_kwargs(64)
+    assert lc.task_ppo_kwargs("UniLab/QuadrupedRough-v0", 32) == lc.ppo_kwargs(32)
+    reach = lc.task_ppo_kwargs("UniLab/PandaReach-v0", 16)
+    assert (reach["gamma"], reach["n_steps"], reach["batch_size"]) == (0.95, 64, 256)
+    assert reach["policy_kwargs"] == {"net_arch": [128, 128]}
+    assert lc.task_ppo_kwargs("UniLab/Quadrotor-v0", 4)["batch_size"] == 128 * 4  # one rollout at most
+    assert lc.task_settings("UniLab/PandaReach-v0")["normalize"] is False
+    assert lc.task_settings("UniLab/Unknown-v0") == lc.DEFAULT_TASK_SETTINGS
+    assert lc.model_stem(QUADRUPED, "aliengo") == "Quadruped-v0_aliengo"
+
+
+@pytest.mark.timeout(300)
+def test_learning_check_task_saves_the_model_and_states_its_settings(tmp_path):
+    from stable_baselines3 import PPO
+
+    models = tmp_path / "models"
+    argv = ["--task", "UniLab/PandaReach-v0", "--smoke", "--minutes", "0.01", "--out", str(tmp_path)]
+    payload = lc.main([*argv, "--save-model", str(models)])
+    (entry,) = payload["tasks"]
+    assert sorted(os.listdir(models)) == ["PandaReach-v0_panda.zip"]  # not normalized: no statistics file
+    model = PPO.load(str(models / "PandaReach-v0_panda.zip"), device="cpu")
+    assert model.num_timesteps == entry["env_steps"] and model.gamma == 0.95
+    assert (entry["num_envs"], entry["vecnormalize"], entry["hyperparameters"]["gamma"]) == (8, False, 0.95)
+    assert entry["budget_s"] == pytest.approx(0.6) and len(entry["load_average"]["start"]) == 3
+    assert 0.0 <= entry["success_rate_random"] <= 1.0 and "lin_vel_tracking_error_mps_trained" not in entry
+
+
 @pytest.mark.timeout(300)
 def test_learning_check_task_smoke_writes_one_entry_per_task_and_robot(tmp_path, capsys):
     path = tmp_path / "tasks.json"
     earlier = _entry("a1", 7.0)
     common.merge_task_results(str(path), [earlier, _entry("aliengo", 123.0)], date="2000-01-01")
     argv = ["--task", QUADRUPED, "--robot", "aliengo", "--smoke", "--minutes", "0.02", "--out", str(tmp_path)]
+    argv += ["--save-model", str(tmp_path / "models")]
     payload = lc.main(argv)
     report = json.loads(path.read_text())
     assert report == json.loads(json.dumps(payload))
     assert {"tasks", "machine", "load", "date"} <= set(report) and report["date"] != "2000-01-01"
     assert report["tasks"][0] == earlier  # the other robot's entry is kept as it was
     (entry,) = [e for e in report["tasks"] if e["robot"] == "aliengo"]  # replaced, not appended
-    assert set(entry) == ISSUE_KEYS  # the quadruped defines no success
+    assert set(entry) >= ISSUE_KEYS and "success_rate" not in entry  # the quadruped defines no success
     assert (entry["task"], entry["algo"]) == (QUADRUPED, "ppo")
     assert entry["env_steps"] >= 8 * 64  # at least one PPO rollout of 8 envs x 64 steps
     assert 0 < entry["wall_clock_s"] < 123.0
@@ -119,6 +174,10 @@ def test_learning_check_task_smoke_writes_one_entry_per_task_and_robot(tmp_path,
     details = report["details"][f"{QUADRUPED} (aliengo)"]
     assert details["mode"] == "smoke" and details["runs"][0]["env_steps"] == entry["env_steps"]
     assert f"| {QUADRUPED} | aliengo | ppo |" in capsys.readouterr().out
+    assert entry["vecnormalize"] and entry["lin_vel_tracking_error_mps_trained"] > 0
+    saved = tmp_path / "models" / "Quadruped-v0_aliengo"
+    assert details["runs"][0]["saved"] == [f"{saved}.zip", f"{saved}_vecnormalize.pkl"]
+    assert all(os.path.exists(f) for f in details["runs"][0]["saved"])
 
 
 @pytest.mark.parametrize(
@@ -129,6 +188,7 @@ def test_learning_check_task_smoke_writes_one_entry_per_task_and_robot(tmp_path,
         (["--task", QUADRUPED, "--algo", "td3"], "td3"),
         (["--task", QUADRUPED, "--only", "ppo"], "--only"),
         (["--robot", "aliengo"], "--robot needs --task"),
+        (["--save-model", "m"], "--save-model needs --task"),
     ],
 )
 def test_learning_check_task_names_a_bad_argument_and_writes_nothing(tmp_path, capsys, argv, named):
@@ -178,6 +238,7 @@ def test_bench_env_task_smoke_merges_its_entry(tmp_path, capsys):
 def test_bench_env_task_arguments_are_checked(tmp_path, capsys):
     for argv, named in (
         (["--robot", "aliengo"], "--robot needs --task"),
+        (["--save-model", "m"], "--save-model needs --task"),
         (["--task", QUADRUPED, "--sweep-cluster"], "--sweep-cluster"),
         (["--task", "UniLab/Nope-v0", "--smoke"], "UniLab/Nope-v0"),
     ):
