@@ -55,7 +55,7 @@ class RolloutHandle:
     num_collectors: int
 
 
-def _fields(h: RolloutHandle) -> list[tuple[str, Any, tuple[int, ...]]]:
+def _fields(h: RolloutHandle) -> list[tuple[str, type[np.generic], tuple[int, ...]]]:
     s, t, n = SLOTS, h.n_steps, h.n_envs
     shapes = h.obs_shape if isinstance(h.obs_shape, dict) else {"": h.obs_shape}
     return [
@@ -77,7 +77,11 @@ def _key(name: str, key: str) -> str:
     return f"{name}.{key}" if key else name
 
 
-def put_obs(array: np.ndarray | dict[str, np.ndarray], index: Any, obs: np.ndarray | dict[str, np.ndarray]) -> None:
+def put_obs(
+    array: np.ndarray | dict[str, np.ndarray],
+    index: int | np.integer | tuple[int | slice, ...],
+    obs: np.ndarray | dict[str, np.ndarray],
+) -> None:
     """``array[index] = obs`` for an observation field, per key for a ``Dict`` observation."""
     if isinstance(array, dict):
         assert isinstance(obs, dict)
