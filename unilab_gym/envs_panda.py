@@ -1,5 +1,7 @@
-"""``UniLab/PandaReach-v0`` and ``UniLab/PandaPick-v0``'s envs: the vector envs :class:`PandaReachVectorEnv`,
-:class:`PandaPickVectorEnv` (N Franka Panda arms) and the single envs :class:`PandaReachEnv`, :class:`PandaPickEnv`.
+"""``UniLab/PandaReach-v0`` and ``UniLab/PandaPick-v0``'s envs.
+
+The vector envs :class:`PandaReachVectorEnv`, :class:`PandaPickVectorEnv` (N Franka Panda arms) and the single envs
+:class:`PandaReachEnv`, :class:`PandaPickEnv`.
 
 They are the engine (:class:`~unilab_gym.vector_env.UniLabVectorEnv`, :class:`~unilab_gym.envs.QuadrupedEnv`) with
 the tasks of :mod:`unilab_gym.tasks.panda`: seeding, autoreset modes, clusters of pybullet worlds (the arms, and for
@@ -61,14 +63,20 @@ class PandaPickVectorEnv(UniLabVectorEnv):
 
 
 class PandaReachEnv(QuadrupedEnv):
-    """One Panda reaching (see :class:`PandaReachVectorEnv`): ``observation_space`` Box (33,), ``action_space``
-    Box(-1, 1, (7,)); ``info`` has ``reward_terms`` and ``is_success`` (bool)."""
+    """One Panda reaching (see :class:`PandaReachVectorEnv`).
+
+    ``observation_space`` Box (33,), ``action_space`` Box(-1, 1, (7,)); ``info`` has ``reward_terms`` and
+    ``is_success`` (bool).
+    """
 
     vector_env_type = PandaReachVectorEnv
 
 
 class PandaPickEnv(QuadrupedEnv):
-    """One Panda picking (see :class:`PandaPickVectorEnv`): ``observation_space`` Box (54,), ``action_space``
-    Box(-1, 1, (8,)); ``info`` has ``reward_terms`` and ``is_success`` (bool)."""
+    """One Panda picking (see :class:`PandaPickVectorEnv`).
+
+    ``observation_space`` Box (54,), ``action_space`` Box(-1, 1, (8,)); ``info`` has ``reward_terms`` and
+    ``is_success`` (bool).
+    """
 
     vector_env_type = PandaPickVectorEnv

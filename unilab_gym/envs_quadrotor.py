@@ -37,7 +37,10 @@ class QuadrotorVectorEnv(UniLabVectorEnv):
 
 
 class QuadrotorEnv(QuadrupedEnv):
-    """One quadrotor (see :class:`QuadrotorVectorEnv`): ``observation_space`` Box (22,), ``action_space`` Box(-1, 1,
-    (4,)); ``info`` has ``reward_terms`` and ``is_success`` (bool)."""
+    """One quadrotor (see :class:`QuadrotorVectorEnv`).
+
+    ``observation_space`` Box (22,), ``action_space`` Box(-1, 1, (4,)); ``info`` has ``reward_terms`` and
+    ``is_success`` (bool).
+    """
 
     vector_env_type = QuadrotorVectorEnv

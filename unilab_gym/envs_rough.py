@@ -1,5 +1,6 @@
-"""``UniLab/QuadrupedRough-v0``'s envs: :class:`QuadrupedRoughVectorEnv` (N quadrupeds) and :class:`QuadrupedRoughEnv`
-(one).
+"""``UniLab/QuadrupedRough-v0``'s envs.
+
+:class:`QuadrupedRoughVectorEnv` (N quadrupeds) and :class:`QuadrupedRoughEnv` (one).
 
 They are the engine (:class:`~unilab_gym.vector_env.UniLabVectorEnv`, :class:`~unilab_gym.envs.QuadrupedEnv`) with
 the task :class:`~unilab_gym.tasks.rough.RoughTask`: heightfield tiles per env (:mod:`unilab_gym.tasks.terrain`,
@@ -33,7 +34,9 @@ class QuadrupedRoughVectorEnv(UniLabVectorEnv):
 
 
 class QuadrupedRoughEnv(QuadrupedEnv):
-    """One quadruped on rough terrain (see :class:`QuadrupedRoughVectorEnv`); ``info`` has ``reward_terms``,
-    ``terrain_level`` and ``terrain_type``."""
+    """One quadruped on rough terrain (see :class:`QuadrupedRoughVectorEnv`).
+
+    ``info`` has ``reward_terms``, ``terrain_level`` and ``terrain_type``.
+    """
 
     vector_env_type = QuadrupedRoughVectorEnv
