@@ -300,10 +300,10 @@ def test_trace_records_every_finished_episode(make):
     env2.reset(seed=0)
     for _ in range(3):
         env2.step(np.zeros((2, 12)))
-    for _ in range(2):  # "Disabled" refuses to step a finished env; the single env steps on (it warns)
-        env2._step(np.zeros((2, 12)), allow_finished=True)
+    for _ in range(2):  # "Disabled" refuses to step a finished env; a partial step leaves it out (it idles)
+        env2.step(np.zeros((2, 12)), active=np.zeros(2, dtype=bool))
     env2.reset(options={"reset_mask": np.array([True, False])})
-    env2._step(np.zeros((2, 12)), allow_finished=True)
+    env2.step(np.zeros((2, 12)), active=np.array([True, False]))
     env2.reset()
     assert [(r["env"], r["episode"], r["length"]) for r in env2.parameter_trace()] == [(0, 0, 3), (1, 0, 3)]
 

@@ -72,6 +72,8 @@ class QuadrupedEnv(gym.Env):
         self.action_space = self._vec.single_action_space
         self._episode_over = False  # terminated or truncated since the last reset
         self._warned = False  # the step-after-episode-end warning of this episode was given
+        # the episode's end: its terminated / truncated flags and the info returned after it (zero reward terms)
+        self._end: tuple[bool, bool, dict[str, Any]] = (False, False, {})
 
     @property
     def vector_env(self) -> UniLabVectorEnv:
@@ -106,7 +108,7 @@ class QuadrupedEnv(gym.Env):
             )
         old = self._vec
         self._vec = self.vector_env_type(1, render_mode=self.render_mode, autoreset_mode="Disabled", **self._kwargs)
-        self._vec._env_rngs = old._env_rngs  # the env's stream goes on, as if it had not been closed
+        self._vec.set_env_rng(0, old.env_rng(0))  # the env's stream goes on, as if it had not been closed
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -142,6 +144,10 @@ class QuadrupedEnv(gym.Env):
 
         Stepping on after ``terminated`` or ``truncated`` without ``reset()`` is undefined behaviour: as
         Gymnasium's own envs (CartPole), the env warns once per episode (``gymnasium.logger.warn``) and steps on.
+        The robot then idles (``UniLabVectorEnv.step(actions, active=...)`` with the env inactive: ``action`` is
+        ignored, the zero action applied) and the step returns the current observation, reward ``0.0`` (as
+        CartPole after its end), the ``terminated`` / ``truncated`` flags and task entries the episode ended with,
+        and reward terms of 0.0.
 
         Args:
             action: (12,) array-like of floats; values outside [-1, 1] are clipped.
@@ -160,19 +166,33 @@ class QuadrupedEnv(gym.Env):
         shape = self.action_space.shape
         assert shape is not None
         batched = check_action_array("action", action, shape)[None]
-        obs, reward, terminated, truncated, info = self._vec._step(batched, allow_finished=True)
-        if self._episode_over and not self._warned:
-            logger.warn(
-                "You are calling 'step()' even though this environment has already returned terminated = True or "
-                "truncated = True. You should always call 'reset()' once you receive 'terminated = True' or "
-                "'truncated = True' -- any further steps are undefined behavior."
+        if self._episode_over:
+            if not np.isfinite(batched).all():  # the idle step ignores the action: refuse NaN here, as before the end
+                raise ValueError("action contains NaN or inf; the env was not stepped")
+            obs, _, _, _, _ = self._vec.step(batched, active=np.zeros(1, dtype=bool))  # the robot idles
+            if not self._warned:
+                logger.warn(
+                    "You are calling 'step()' even though this environment has already returned terminated = True "
+                    "or truncated = True. You should always call 'reset()' once you receive 'terminated = True' or "
+                    "'truncated = True' -- any further steps are undefined behavior."
+                )
+                self._warned = True
+            terminated_end, truncated_end, end_info = self._end
+            return (
+                _row(obs, 0),
+                0.0,
+                terminated_end,
+                truncated_end,
+                {**end_info, "reward_terms": dict(end_info["reward_terms"])},
             )
-            self._warned = True
-        self._episode_over = self._episode_over or bool(terminated[0] or truncated[0])
+        obs, reward, terminated, truncated, info = self._vec.step(batched)
         terms = {k: float(v[0]) for k, v in info["reward_terms"].items() if not k.startswith("_")}
         out: dict[str, Any] = {"reward_terms": terms}
         for name in self._vec.task.step_info():  # the task's own entries, e.g. is_success
             out[name] = info[name][0].item()
+        if terminated[0] or truncated[0]:
+            self._episode_over = True
+            self._end = (bool(terminated[0]), bool(truncated[0]), {**out, "reward_terms": dict.fromkeys(terms, 0.0)})
         return _row(obs, 0), float(reward[0]), bool(terminated[0]), bool(truncated[0]), out
 
     def parameter_trace(self) -> list[dict[str, Any]]:

@@ -404,6 +404,32 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         out.flags.writeable = False
         return out
 
+    def env_rng(self, index: int) -> np.random.Generator | None:
+        """Env ``index``'s random stream: each of its resets draws its episode seed from it.
+
+        ``None`` before the env's first reset (which seeds it from ``reset(seed=...)`` or fresh entropy).
+
+        Raises:
+            IndexError: ``index`` is not in [0, ``num_envs``).
+        """
+        return self._env_rngs[self._check_env_index(index)]
+
+    def set_env_rng(self, index: int, rng: np.random.Generator | None) -> None:
+        """Replace env ``index``'s random stream with ``rng`` (used as is, not copied); ``None`` reseeds it from fresh
+        entropy at its next reset. The next episode seed it draws is ``rng.integers(2**63)``.
+
+        This continues a stream in a new env (e.g. :class:`~unilab_gym.envs.QuadrupedEnv` reconnecting after
+        ``close()``: ``new.set_env_rng(0, old.env_rng(0))``).
+
+        Raises:
+            IndexError: ``index`` is not in [0, ``num_envs``).
+            TypeError: ``rng`` is not a ``numpy.random.Generator`` or ``None``.
+        """
+        i = self._check_env_index(index)
+        if rng is not None and not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}: {rng!r}")
+        self._env_rngs[i] = rng
+
     # ------------------------------------------------------------------ Gymnasium API
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
@@ -454,12 +480,36 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         return self._observation(), self._reset_info(mask)
 
     def step(  # type: ignore[override]  # a VectorEnv step (batched arrays), not gym.Env's single-env one
-        self, actions: np.ndarray
+        self, actions: np.ndarray, active: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Advance every env one control step (``substeps`` physics steps).
+        """Advance every env one control step (``substeps`` physics steps), or only the envs of ``active``.
+
+        ``active=None`` (default) steps every env. An (N,) bool mask ``active`` is a *partial step*, in the
+        spirit of EnvPool's ``step(action, env_id)``: the active envs are stepped with their actions exactly as
+        a full step would step them (bit for bit: an env's trajectory never depends on its neighbours). An
+        inactive env *idles*:
+
+        - its row of ``actions`` is ignored (it may hold anything real, even NaN); a zero action is applied,
+          and its robot is simulated with the others, since it shares its pybullet world with them (a robot
+          cannot be paused there). Its episode is therefore no longer the one its actions determine: reset it
+          before relying on its trajectory again (the Tianshou adapter marks such envs stale). Its task's
+          per-env state (e.g. feet air times) follows its robot.
+        - its episode bookkeeping does not advance: its ``episode_step``, episode return, previous action,
+          pushes, autoreset (a NEXT_STEP restart waits for its next active step) and the parameter trace are
+          left as they were; it cannot terminate or truncate.
+        - it is returned as: its current observation (its robot's state after this step), reward ``0.0``,
+          ``terminated`` and ``truncated`` ``False``, and no info entries (every ``_key`` mask is ``False``
+          for it).
+
+        Autoreset ``"Disabled"``: an *active* env that terminated or truncated and was not reset is refused
+        (:class:`FinishedEnvError`, nothing is stepped); an inactive one is not, which is how to step the others
+        while finished envs wait for their reset.
 
         Args:
-            actions: (N, 12) array-like of floats; values outside [-1, 1] are clipped.
+            actions: (N, 12) array-like of floats (the task's action dimension); values outside [-1, 1] are
+                clipped.
+            active: ``None`` (every env) or an (N,) ``numpy`` array of dtype bool: the envs to step. All
+                ``False`` is allowed (every env idles).
 
         Returns:
             obs (N, 48) float32 (with ``privileged_obs``, ``{"policy": (N, 48), "critic": (N, 68)}``; a
@@ -473,28 +523,42 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
 
         Raises:
             TypeError: ``actions`` of the wrong type: a scalar, strings, complex numbers, objects.
-            ValueError: wrong action shape (states the expected one) or NaN/inf actions
-                (names the env indices; the world is not stepped).
+            ValueError: wrong action shape (states the expected one), NaN/inf actions of active envs
+                (names the env indices), or an ``active`` that is not an (N,) bool numpy array (named, with
+                what it got). Nothing is stepped then.
             FinishedEnvError: (an ``AssertionError``, as ``SyncVectorEnv`` raises) with autoreset
-                ``"Disabled"``, some envs terminated or truncated and were not reset (named; nothing is stepped).
+                ``"Disabled"``, some active envs terminated or truncated and were not reset (named; nothing is
+                stepped).
             gymnasium.error.ResetNeeded: before the first ``reset()``.
             gymnasium.error.ClosedEnvironmentError: after ``close()``.
         """
-        return self._step(actions)
-
-    def _step(
-        self, actions: Any, allow_finished: bool | np.ndarray = False
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """:meth:`step`; with autoreset ``"Disabled"``, the envs of ``allow_finished`` (a bool or an (N,) mask)
-        may be stepped although they finished (for the single env, which warns as Gymnasium's envs do,
-        and for adapters that advance idle envs)."""
         t_start = time.perf_counter_ns()
         self._check_open()
         if self._needs_reset:
             raise ResetNeeded("call reset() before step()")
-        action = self._validate_actions(actions)
-        disabled = self.autoreset_mode == AutoresetMode.DISABLED
-        if disabled:
+        mask = None if active is None else self._check_active(active)
+        action = self._validate_actions(actions, mask)
+        if self.autoreset_mode == AutoresetMode.DISABLED:
+            blocked = self._finished if mask is None else self._finished & mask
+            if blocked.any():
+                raise FinishedEnvError(
+                    f"envs {np.flatnonzero(blocked).tolist()} terminated or truncated and were not reset; with "
+                    "autoreset_mode='Disabled' reset them (reset(options={'reset_mask': mask})) before stepping "
+                    "them again, or leave them out of step(actions, active=mask). No env was stepped."
+                )
+        return self._advance(action, mask, t_start)
+
+    def _step(
+        self, actions: Any, allow_finished: bool | np.ndarray = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Deprecated private form kept for the Tianshou adapter until it calls ``step(actions, active=...)``:
+        every env is stepped, and with autoreset ``"Disabled"`` the finished envs of ``allow_finished`` too."""
+        t_start = time.perf_counter_ns()
+        self._check_open()
+        if self._needs_reset:
+            raise ResetNeeded("call reset() before step()")
+        action = self._validate_actions(actions, None)
+        if self.autoreset_mode == AutoresetMode.DISABLED:
             blocked = self._finished & ~np.asarray(allow_finished, dtype=bool)
             if blocked.any():
                 raise FinishedEnvError(
@@ -502,21 +566,32 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
                     "autoreset_mode='Disabled' reset them (reset(options={'reset_mask': mask})) before stepping "
                     "them again. No env was stepped."
                 )
+        return self._advance(action, None, t_start)
+
+    def _advance(
+        self, action: np.ndarray, active: np.ndarray | None, t_start: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The five phases of a (checked) step; ``active`` ``None`` (every env) or the (N,) mask of a partial step."""
+        mode = self.autoreset_mode
         # NEXT_STEP: the envs whose episode ended last step start a new one now, ignoring their action
-        restarting = self._autoreset_envs.copy() if self.autoreset_mode == AutoresetMode.NEXT_STEP else self._no_envs
-        targets = self._actuate(action, restarting)
-        physics_ns = self._simulate(targets, restarting)
-        reward, terms, terminated, truncated, conditions = self._evaluate(action, restarting)
+        restarting = self._autoreset_envs.copy() if mode == AutoresetMode.NEXT_STEP else self._no_envs
+        if active is not None:  # (its rows of `action` are zero: _validate_actions)
+            restarting = restarting & active
+        targets = self._actuate(action, restarting, active)
+        physics_ns = self._simulate(targets, restarting, active)
+        reward, terms, terminated, truncated, conditions = self._evaluate(action, restarting, active)
         done = terminated | truncated
         # as SyncVectorEnv: an env's entries are its step info, or its reset info if it restarts (NEXT_STEP) or
         # restarted (SAME_STEP, its step info goes to final_info)
-        stepped = ~done if self.autoreset_mode == AutoresetMode.SAME_STEP else ~restarting
+        stepped = ~done if mode == AutoresetMode.SAME_STEP else ~restarting
+        if active is not None:
+            stepped &= active
         infos = self._step_info(terms, stepped) if stepped.any() else {}
         if restarting.any():
             infos.update(self._reset_info(restarting))
         self._record(reward, done, terminated, conditions)
-        self._autoreset(done, terms, infos)
-        if disabled:
+        self._autoreset(done, terms, infos, active)
+        if mode == AutoresetMode.DISABLED:
             self._finished |= done
         obs = self._observation()
         if self.step_latency is not None:
@@ -591,12 +666,13 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         setattr(self, name, values)
 
     # ------------------------------------------------------------------ step phases
-    def _actuate(self, action: np.ndarray, restarting: np.ndarray) -> np.ndarray:
+    def _actuate(self, action: np.ndarray, restarting: np.ndarray, active: np.ndarray | None) -> np.ndarray:
         """PD targets (N, 12) rad of this step, and the pushes due before it.
 
         Zeroes the action of ``restarting`` envs in place; with latency, the applied action is the one
         sent ``latency`` steps ago (the zero action before the episode's first). Pushes (see
-        :meth:`_push`) are applied to the worlds now, so they act during this step's slice.
+        :meth:`_push`) are applied to the worlds now, so they act during this step's slice. An env outside
+        ``active`` (a partial step) gets the zero action and no push.
         """
         action[restarting] = 0.0
         applied = action
@@ -605,18 +681,21 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             self._fifo[:, self._fifo_head] = action
             applied = self._fifo[self._arange, (self._fifo_head - self._latency) % size]
             applied[restarting] = 0.0
+            if active is not None:
+                applied[~active] = 0.0
             self._fifo_head = (self._fifo_head + 1) % size
         if self.domain_randomization.pushes:
-            self._push(restarting)
+            self._push(restarting if active is None else restarting | ~active)
         if self._external:  # the task turns the applied action into forces (_simulate)
             return applied
         return self.task.joint_targets(applied, self.action_scale)
 
-    def _simulate(self, targets: np.ndarray, restarting: np.ndarray) -> int:
+    def _simulate(self, targets: np.ndarray, restarting: np.ndarray, active: np.ndarray | None) -> int:
         """Advance every cluster world one slice toward ``targets``, then read the robot states back.
 
         The ``restarting`` envs start their new episode after the slice (so it starts at rest) and
-        before the states are read. Returns the wall-clock ns of the slices and the state reads.
+        before the states are read. The episode step of every env (of the ``active`` ones in a partial
+        step) grows by one. Returns the wall-clock ns of the slices and the state reads.
         """
         t_slice = time.perf_counter_ns()
         if self._external:  # targets is the applied action: the task's wrench on each base instead of joint PD
@@ -627,7 +706,10 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             for rows, world in self._clusters:
                 world.step(targets[rows], self.kp[rows], self.kd[rows], self.torque_limits[rows], self.substeps)
         physics_ns = time.perf_counter_ns() - t_slice
-        self.episode_step += 1
+        if active is None:
+            self.episode_step += 1
+        else:
+            self.episode_step[active] += 1
         if restarting.any():
             self._reset_envs(restarting, [None] * self.num_envs)
         t_read = time.perf_counter_ns()
@@ -635,26 +717,29 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         return physics_ns + time.perf_counter_ns() - t_read
 
     def _evaluate(
-        self, action: np.ndarray, restarting: np.ndarray
+        self, action: np.ndarray, restarting: np.ndarray, active: np.ndarray | None
     ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
         """The task math of this step, batched: writes the observation, returns the outcome.
 
         Returns:
             reward (N,) float64, weighted reward terms (dict of (N,) float64), terminated (N,) bool,
-            truncated (N,) bool and the fall conditions (N, 3) bool. A ``restarting`` env gets
-            reward 0 and neither flag.
+            truncated (N,) bool and the fall conditions (N, 3) bool. A ``restarting`` env, and an env outside
+            ``active`` (which also keeps its previous action), gets reward 0 and neither flag.
         """
         previous_action = self._last_action
         self._last_action = action
         self._last_action[restarting] = 0.0
+        if active is not None:
+            self._last_action[~active] = previous_action[~active]
         self._compute_obs()
         terms, conditions = self.task.evaluate(self._state, action, previous_action, restarting)
         terminated: np.ndarray = np.logical_or.reduce(conditions, axis=1)
         truncated = self.task.truncation(self.episode_step, self.max_episode_steps)
-        terminated[restarting] = False
-        truncated[restarting] = False
+        silent = restarting if active is None else restarting | ~active
+        terminated[silent] = False
+        truncated[silent] = False
         for value in terms.values():
-            value[restarting] = 0.0
+            value[silent] = 0.0
         reward = np.zeros(self.num_envs)
         for value in terms.values():  # in order, one term at a time: np.sum's pairwise sum would depend on N
             reward += value
@@ -686,12 +771,14 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             return self.parameters[idx]
         return np.concatenate([self.parameters[idx], self.task.episode_parameters[idx]], axis=1)
 
-    def _autoreset(self, done: np.ndarray, terms: dict[str, np.ndarray], infos: dict[str, Any]) -> None:
+    def _autoreset(
+        self, done: np.ndarray, terms: dict[str, np.ndarray], infos: dict[str, Any], active: np.ndarray | None
+    ) -> None:
         """Autoreset the ``done`` envs as ``autoreset_mode`` says.
 
         SAME_STEP: reset them now; the observation becomes the reset one and ``infos`` gains the
         reset info, ``final_obs`` and ``final_info`` (this step's reward terms). NEXT_STEP: mark them
-        to restart at the next step. DISABLED: nothing.
+        to restart at the next step (an env outside ``active`` keeps its mark). DISABLED: nothing.
         """
         if self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
             final_obs = np.full(self.num_envs, None, dtype=object)
@@ -712,7 +799,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
                 }
             )
         elif self.autoreset_mode == AutoresetMode.NEXT_STEP:
-            self._autoreset_envs = done.copy()
+            self._autoreset_envs = done.copy() if active is None else done | (self._autoreset_envs & ~active)
 
     # ------------------------------------------------------------------ internals
     def _check_open(self) -> None:
@@ -744,12 +831,38 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             raise ValueError(f"{name} must contain a boolean array with at least one True value, got reset_mask={mask}")
         return mask.copy()
 
-    def _validate_actions(self, actions: Any) -> np.ndarray:
+    def _check_active(self, active: Any) -> np.ndarray:
+        """``step(actions, active=...)``'s mask, as a copy: an (N,) numpy array of dtype bool, else ValueError."""
+        if not isinstance(active, np.ndarray):
+            raise ValueError(
+                f"active must be None or a numpy array of shape ({self.num_envs},) and dtype bool, "
+                f"got {type(active).__name__}: {active!r}"
+            )
+        if active.dtype != np.bool_:
+            raise ValueError(f"active must have dtype bool, got dtype {active.dtype}: {active!r}")
+        if active.shape != (self.num_envs,):
+            raise ValueError(f"active must have shape ({self.num_envs},) (num_envs), got shape {active.shape}")
+        return active.copy()
+
+    def _validate_actions(self, actions: Any, active: np.ndarray | None) -> np.ndarray:
+        """``actions`` as a clipped float64 copy; NaN / inf are refused in the rows of ``active`` (all if ``None``)."""
         action = check_action_array("actions", actions, (self.num_envs, self.task.act_dim))
-        bad = np.flatnonzero(~np.isfinite(action).all(axis=1))
+        finite = np.isfinite(action).all(axis=1)
+        if active is not None:
+            finite |= ~active  # an idle env's row is ignored
+            action[~active] = 0.0
+        bad = np.flatnonzero(~finite)
         if bad.size:
             raise ValueError(f"actions contain NaN or inf for env indices {bad.tolist()}; the envs were not stepped")
         return np.clip(action, -1.0, 1.0)
+
+    def _check_env_index(self, index: Any) -> int:
+        """``index`` as an int in [0, num_envs), else IndexError (TypeError for a non-integer)."""
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"env index must be an int, got {type(index).__name__}: {index!r}")
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"env index {index} out of range [0, {self.num_envs})")
+        return int(index)
 
     def _cluster_of(self, index: int) -> tuple[slice, ClusterWorld]:
         if not 0 <= index < self.num_envs:

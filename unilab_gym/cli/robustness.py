@@ -168,9 +168,9 @@ def evaluate(
                     obs, info = env.reset(seed=seed + start)
                     gait = GaitMeter(info["parameters"]["added_mass"])  # evaluate_gait's figures, per episode
                     while gait.active.any():
-                        # the finished envs wait in their final state (the run ends when all have finished)
+                        # the finished envs idle, left out of the step (the run ends when all have finished)
                         finished = ~gait.active
-                        obs, reward, terminated, truncated, _ = env._step(policy(obs), allow_finished=finished)
+                        obs, reward, terminated, truncated, _ = env.step(policy(obs), active=gait.active.copy())
                         gait.update(obs, reward, terminated, truncated, env.robot_state)
                         bar.update(int((finished != ~gait.active).sum()))
                     figures = gait.record()
