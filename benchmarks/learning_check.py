@@ -608,7 +608,9 @@ TASK_ALGOS = ("ppo", "sac")
 #: (the rest are SB3's defaults; ``"tanh"`` nets are SB3's default ``MlpPolicy`` activation). The Panda and
 #: quadrotor settings are those their tasks were first trained with (2026-12-02, ``docs/tasks/*.md``): Reach
 #: reached 56 % success in 480 s with them, the quadrotor 100 % in 26 s of training. A task not listed gets
-#: :data:`DEFAULT_TASK_SETTINGS`. ``--smoke`` keeps the PPO settings but uses its own ``num_envs`` and episodes.
+#: :data:`DEFAULT_TASK_SETTINGS`. Optional ``eval_env_kwargs``: env keyword arguments of the evaluations only
+#: (rough terrain: 250-step episodes, so a walker stays on its 8 m tile). ``--smoke`` keeps the PPO settings but
+#: uses its own ``num_envs`` and episodes.
 DEFAULT_TASK_SETTINGS: dict[str, Any] = {"num_envs": 64, "eval_episodes": 16, "normalize": True, "ppo": None}
 _ARM_PPO: dict[str, Any] = {
     "n_steps": 64,
@@ -621,7 +623,12 @@ _ARM_PPO: dict[str, Any] = {
 }
 TASK_SETTINGS: dict[str, dict[str, Any]] = {
     "UniLab/Quadruped-v0": DEFAULT_TASK_SETTINGS,
-    "UniLab/QuadrupedRough-v0": {**DEFAULT_TASK_SETTINGS, "num_envs": 32},
+    # evaluated on 250-step (5 s) episodes, as the task's first run was: a walker stays on its 8 m tile
+    "UniLab/QuadrupedRough-v0": {
+        **DEFAULT_TASK_SETTINGS,
+        "num_envs": 32,
+        "eval_env_kwargs": {"max_episode_steps": 250},
+    },
     "UniLab/PandaReach-v0": {"num_envs": 16, "eval_episodes": 64, "normalize": False, "ppo": _ARM_PPO},
     "UniLab/PandaPick-v0": {"num_envs": 16, "eval_episodes": 64, "normalize": False, "ppo": _ARM_PPO},
     "UniLab/Quadrotor-v0": {
@@ -660,6 +667,17 @@ def task_ppo_kwargs(task: str, num_envs: int) -> dict[str, Any]:
 def model_stem(task: str, robot: str) -> str:
     """The file name (no extension) of a saved model: ``"Quadruped-v0_aliengo"`` for ``UniLab/Quadruped-v0``."""
     return f"{task.split('/')[-1]}_{robot}"
+
+
+class ZeroPolicy:
+    """Zero actions (the nominal pose of a joint-target task; the quadrotor's hover setting), the second baseline."""
+
+    def __init__(self, action_space: Any):
+        self.shape = action_space.low.shape
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> tuple[np.ndarray, None]:
+        """(len(obs), A) float32 zeros."""
+        return np.zeros((len(obs), *self.shape), np.float32), None
 
 
 class TaskArgumentError(ValueError):
@@ -814,7 +832,9 @@ def task_run(
     rate: float | None = None
     previous = calls = 0
     try:
-        random = evaluate_task(RandomPolicy(model.action_space), task, eval_episodes, kwargs)
+        evaluation = {**task_settings(task).get("eval_env_kwargs", {}), **kwargs}  # --smoke's episodes win
+        random = evaluate_task(RandomPolicy(model.action_space), task, eval_episodes, evaluation)
+        zero = evaluate_task(ZeroPolicy(model.action_space), task, eval_episodes, evaluation)
         while True:
             remaining = budget_s - trained
             if remaining <= 0 or (rate is not None and rate * remaining < 0.5 * unit):
@@ -830,7 +850,7 @@ def task_run(
             trained, calls, previous = trained + elapsed, calls + 1, steps
             rate = None if random_phase else (model.num_timesteps - start) / max(elapsed, 1e-9)
         normalizer = model.get_vec_normalize_env() if hasattr(model, "get_vec_normalize_env") else None
-        final = evaluate_task(model, task, eval_episodes, kwargs, vecnormalize=normalizer)
+        final = evaluate_task(model, task, eval_episodes, evaluation, vecnormalize=normalizer)
         if save_model is not None:
             os.makedirs(os.path.dirname(os.path.abspath(save_model)), exist_ok=True)
             model.save(save_model + ".zip")
@@ -856,8 +876,11 @@ def task_run(
         "return_trained": final["return_mean"],
         "success_rate_random": random["success_rate"],
         "success_rate": final["success_rate"],
+        "return_zero_action": zero["return_mean"],
         "random": random,
+        "zero_action": zero,
         "trained": final,
+        "evaluation_env_kwargs": evaluation,
         "saved": saved,
     }
 
@@ -887,9 +910,9 @@ def task_markdown(payload: dict[str, Any]) -> str:
         return "—" if e.get(key) is None else format(e[key], fmt)
 
     lines = [
-        "| task | robot | algo | envs | budget s | env steps | wall clock s | return, random | return, trained | "
-        "success rate, random → trained | lin. vel. tracking error m/s, random → trained |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| task | robot | algo | envs | budget s | env steps | wall clock s | return, random | return, zero action | "
+        "return, trained | success rate, random → trained | lin. vel. tracking error m/s, random → trained |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in payload["tasks"]:
         success = "—" if e.get("success_rate") is None else f"{e['success_rate']:.2f}"
@@ -902,7 +925,8 @@ def task_markdown(payload: dict[str, Any]) -> str:
         lines.append(
             f"| {e['task']} | {e['robot']} | {e['algo']} | {number(e, 'num_envs', 'd')} | "
             f"{number(e, 'budget_s', '.0f')} | {e['env_steps']:,.0f} | {e['wall_clock_s']:.0f} | "
-            f"{e['return_random']:.2f} | {e['return_trained']:.2f} | {success} | {tracking} |"
+            f"{e['return_random']:.2f} | {number(e, 'return_zero_action', '.2f')} | {e['return_trained']:.2f} | "
+            f"{success} | {tracking} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -1000,6 +1024,7 @@ def learn_task(
             "eval_episodes": settings["eval_episodes"],
             "vecnormalize": algo == "ppo" and bool(row["normalize"]),
             "hyperparameters": _jsonable(hyperparameters),
+            "return_zero_action": statistics.median(r["return_zero_action"] for r in results),
             "env_steps_per_s": statistics.median(r["env_steps_per_s"] for r in results),
             "load_average": {"start": busy["load_average"], "end": load["load_average_end"]},
             "busy_cores": busy["busy_cores"],
@@ -1007,7 +1032,9 @@ def learn_task(
     )
     if "success_rate" in entry:
         entry["success_rate_random"] = statistics.median(r["success_rate_random"] for r in results)
-    for which in ("random", "trained"):
+    if "success_rate" in entry:
+        entry["success_rate_zero_action"] = statistics.median(r["zero_action"]["success_rate"] for r in results)
+    for which in ("random", "zero_action", "trained"):
         errors = [r[which]["lin_vel_tracking_error_mps"] for r in results]
         if all(e is not None for e in errors):
             entry[f"lin_vel_tracking_error_mps_{which}"] = statistics.median(errors)

@@ -151,6 +151,9 @@ def test_learning_check_task_saves_the_model_and_states_its_settings(tmp_path):
     assert (entry["num_envs"], entry["vecnormalize"], entry["hyperparameters"]["gamma"]) == (8, False, 0.95)
     assert entry["budget_s"] == pytest.approx(0.6) and len(entry["load_average"]["start"]) == 3
     assert 0.0 <= entry["success_rate_random"] <= 1.0 and "lin_vel_tracking_error_mps_trained" not in entry
+    details = payload["details"]["UniLab/PandaReach-v0 (panda)"]["runs"][0]
+    assert entry["return_zero_action"] == details["zero_action"]["return_mean"]  # the nominal pose, same episodes
+    assert entry["success_rate_zero_action"] == details["zero_action"]["success_rate"]
 
 
 @pytest.mark.timeout(300)
