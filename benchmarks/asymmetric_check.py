@@ -4,7 +4,7 @@
     python benchmarks/asymmetric_check.py --minutes 3      # the committed run (benchmarks/results/asymmetric/)
     python benchmarks/asymmetric_check.py --quick          # smoke: 1 seed, 20 s of training, a 2 x 2 grid
 
-**Configurations.** Both train stock SB3 PPO with :class:`~unilab_gym.integrations.sb3.AsymmetricActorCriticPolicy`
+**Configurations.** Both train stock SB3 PPO with :class:`~unilab_gym.sb3.vec_env.AsymmetricActorCriticPolicy`
 on the same env, ``VecNormalize(make_sb3_env(id, --num-envs, privileged_obs=True, domain_randomization=DR))``,
 with the same hyperparameters (those of ``examples/train_ppo_sb3.py``) and networks; they differ only
 in what the value net reads:
@@ -108,7 +108,7 @@ def train_and_evaluate(
     from stable_baselines3.common.vec_env import VecNormalize
 
     from unilab_gym.cli.robustness import evaluate, parse_grid, summarize
-    from unilab_gym.integrations.sb3 import AsymmetricActorCriticPolicy, make_sb3_env
+    from unilab_gym.sb3.vec_env import AsymmetricActorCriticPolicy, make_sb3_env
 
     torch.set_num_threads(1)
     env = VecNormalize(make_sb3_env(ID, num_envs, seed=seed, privileged_obs=True, domain_randomization=DR), gamma=0.99)

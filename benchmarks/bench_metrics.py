@@ -104,7 +104,7 @@ def run_runner(num_envs: int, steps: int, metrics: bool) -> dict[str, float]:
     from stable_baselines3 import SAC
 
     from unilab_gym import AsyncRunner, SharedReplayBuffer
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     torch.set_num_threads(1)
     warmup = 20 * num_envs  # spawn, imports and the random-action phase (learning_starts) are not timed

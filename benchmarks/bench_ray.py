@@ -63,7 +63,7 @@ def run(backend: str, total_steps: int, seed: int) -> dict[str, Any]:
     from stable_baselines3.common.callbacks import BaseCallback
 
     from unilab_gym import AsyncRunner, SharedReplayBuffer
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     class Clock(BaseCallback):
         def __init__(self) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from tianshou.data import Batch, VectorReplayBuffer
 
 from unilab_gym.cli import HelpFormatter
-from unilab_gym.integrations.tianshou import SharedVectorReplayBuffer
+from unilab_gym.tianshou import SharedVectorReplayBuffer
 
 
 def step_batch(rng: np.random.Generator, n: int) -> Batch:

@@ -97,7 +97,7 @@ def run_collectors(num_envs: int, steps: int, warmup: int, backend: str = "proce
     from stable_baselines3 import SAC
 
     from unilab_gym import AsyncRunner, SharedReplayBuffer
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     total = steps * num_envs
     capacity = 2 * (total + warmup * num_envs)  # learning never starts: collectors act at random
@@ -201,7 +201,7 @@ def run_sac(kind: str, num_envs: int, total_steps: int, seed: int) -> dict[str, 
     from stable_baselines3 import SAC
 
     from unilab_gym import AsyncRunner, SharedReplayBuffer
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     episode = episode_steps(num_envs, total_steps)
     env = make_sb3_env(ID, num_envs, seed=seed, max_episode_steps=episode)
@@ -271,7 +271,7 @@ def run_ppo(
     from stable_baselines3.common.vec_env import SubprocVecEnv, VecMonitor
 
     from unilab_gym import AsyncRunner
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     torch.set_num_threads(1)  # fastest for these small networks on 2 shared cores, for every config
     n_steps = n_steps or max(8, total_steps // (num_envs * 4))  # 4 rollouts per run

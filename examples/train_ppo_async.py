@@ -28,7 +28,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 import unilab_gym  # noqa: F401  (registers UniLab/Quadruped-v0)
 from unilab_gym import AsyncRunner
 from unilab_gym.cli import HelpFormatter
-from unilab_gym.integrations.sb3 import make_sb3_env
+from unilab_gym.sb3.vec_env import make_sb3_env
 
 ENV_ID = "UniLab/Quadruped-v0"
 

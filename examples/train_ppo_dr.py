@@ -27,7 +27,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 import unilab_gym  # noqa: F401  (registers UniLab/Quadruped-v0)
 from unilab_gym.cli import HelpFormatter
-from unilab_gym.integrations.sb3 import make_sb3_env
+from unilab_gym.sb3.vec_env import make_sb3_env
 
 #: Ranges drawn per env and episode (see unilab_gym.randomization.PARAMETERS for units and sources).
 #: Centred on the nominal A1 (friction 0.5, +0 kg, kp/kd/strength x1), somewhat narrower than legged_gym's.

@@ -20,7 +20,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 import unilab_gym  # noqa: F401  (registers UniLab/Quadruped-v0)
 from unilab_gym.cli import HelpFormatter
-from unilab_gym.integrations.sb3 import make_sb3_env
+from unilab_gym.sb3.vec_env import make_sb3_env
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -20,7 +20,7 @@ from stable_baselines3 import SAC
 
 from unilab_gym import AsyncRunner, SharedReplayBuffer
 from unilab_gym.cli import HelpFormatter
-from unilab_gym.integrations.sb3 import make_sb3_env
+from unilab_gym.sb3.vec_env import make_sb3_env
 
 ID = "UniLab/Quadruped-v0"
 

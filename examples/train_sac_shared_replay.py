@@ -28,8 +28,8 @@ ENV_ID = "UniLab/Quadruped-v0"
 def collect_random(handle, transitions: int, num_envs: int, seed: int) -> None:
     """Collector process: random actions, transitions written straight into the shared replay."""
     import unilab_gym  # noqa: F401  (registers the env)
-    from unilab_gym.integrations.sb3 import make_sb3_env
     from unilab_gym.replay import ReplayStorage
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     storage = ReplayStorage.attach(handle)  # zero copy, never unlinks the learner's segment
     env = make_sb3_env(ENV_ID, num_envs, seed=seed)
@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> Path:
     from stable_baselines3 import SAC
 
     import unilab_gym  # noqa: F401
-    from unilab_gym.integrations.sb3 import make_sb3_env
-    from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
+    from unilab_gym.sb3.replay_buffer import SharedReplayBuffer
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     env = make_sb3_env(ENV_ID, args.num_envs, seed=args.seed)
     model = SAC(

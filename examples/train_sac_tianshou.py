@@ -26,7 +26,7 @@ from tianshou.utils.net.continuous import ContinuousActorProbabilistic, Continuo
 
 import unilab_gym  # noqa: F401  (registers UniLab/Quadruped-v0)
 from unilab_gym.cli import HelpFormatter
-from unilab_gym.integrations.tianshou import SharedVectorReplayBuffer, make_tianshou_env
+from unilab_gym.tianshou import SharedVectorReplayBuffer, make_tianshou_env
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -185,7 +185,7 @@ def read_uniform(handle, batches, start_event, reply_queue):
 
 def sb3_reader_and_hang(handle, reply_queue, never):
     """Open the replay as a read-only SharedReplayBuffer, sample once, report, block until killed."""
-    from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
+    from unilab_gym.sb3.replay_buffer import SharedReplayBuffer
 
     reader = SharedReplayBuffer.attach(handle, read_only=True, seed=1)
     batch = reader.sample(8)

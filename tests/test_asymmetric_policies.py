@@ -8,7 +8,7 @@ from gymnasium import spaces
 from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from unilab_gym.integrations.sb3 import AsymmetricActorCriticPolicy, AsymmetricSACPolicy, make_sb3_env
+from unilab_gym.sb3.vec_env import AsymmetricActorCriticPolicy, AsymmetricSACPolicy, make_sb3_env
 
 ID = "UniLab/Quadruped-v0"
 SMALL_ENV = dict(max_episode_steps=10, envs_per_cluster=4, privileged_obs=True)

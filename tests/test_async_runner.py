@@ -61,7 +61,7 @@ def runner_segments(runner):
 
 
 def make_sac(**kwargs):
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     env = make_sb3_env(ID, 1, seed=0, **SMALL_ENV)
     return SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, seed=0, **{**fast(), **kwargs})
@@ -73,7 +73,7 @@ def ppo_fast():
 
 def make_ppo(n_envs, algo=PPO, **kwargs):
     """An on-policy model whose env has ``n_envs`` envs (= num_collectors * envs_per_collector)."""
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     env = make_sb3_env(ID, n_envs, seed=0, **SMALL_ENV)
     defaults = ppo_fast() if algo is PPO else dict(n_steps=16, policy_kwargs=dict(net_arch=[32, 32]))
@@ -164,7 +164,7 @@ def test_sac_learns_with_exact_replay_ratio_and_stats(tmp_path, backend):
 
 
 def test_default_replay_ratio_maps_sb3_train_freq_and_gradient_steps():
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     env = make_sb3_env(ID, 4, seed=0, **SMALL_ENV)
     model = SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, train_freq=2, gradient_steps=3, **fast())
@@ -181,7 +181,7 @@ def test_default_replay_ratio_maps_sb3_train_freq_and_gradient_steps():
 def test_td3_trains_and_backpressure_bounds_collectors(backend):
     from stable_baselines3.common.noise import NormalActionNoise
 
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     env = make_sb3_env(ID, 1, seed=0, **SMALL_ENV)
     model = TD3(
@@ -260,7 +260,7 @@ def test_counts_accept_numpy_integers_and_refuse_bool():
 
 
 def test_plain_replay_buffer_is_refused_with_the_fix():
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     model = SAC("MlpPolicy", make_sb3_env(ID, 1, **SMALL_ENV), **fast())
     with pytest.raises(ValueError, match=r"replay_buffer_class=unilab_gym.SharedReplayBuffer"):
@@ -416,7 +416,7 @@ def test_returns_and_advantages_equal_sb3_for_the_same_rollout_data():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ppo_one_collector_lag0_equals_stock_sb3_bit_for_bit_and_reruns_identically(backend):
     """Same seed, same data: one collector of 8 envs trains exactly what stock SB3 PPO trains on 8 envs."""
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     env_kwargs = dict(max_episode_steps=10, envs_per_cluster=4)  # truncations (bootstrap) in every rollout
 

@@ -19,7 +19,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 from tests._runner_envs import SMALL, recording_quadruped
 from unilab_gym import AsyncRunner, SharedReplayBuffer
 from unilab_gym.evaluation import evaluate_gait
-from unilab_gym.integrations.sb3 import make_sb3_env
+from unilab_gym.sb3.vec_env import make_sb3_env
 
 ID = "UniLab/Quadruped-v0"
 

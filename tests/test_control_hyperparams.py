@@ -11,7 +11,7 @@ pytest.importorskip("stable_baselines3")
 
 from stable_baselines3 import PPO, SAC
 
-from unilab_gym.control import ControlCallback, Controller
+from unilab_gym.sb3.control import ControlCallback, Controller
 
 torch.set_num_threads(1)
 

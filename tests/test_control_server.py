@@ -18,7 +18,7 @@ import httpx
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 
-from unilab_gym.control import ControlCallback
+from unilab_gym.sb3.control import ControlCallback
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_metrics import port_is_free
@@ -151,7 +151,7 @@ def test_unmatched_api_paths_need_the_token_and_metrics_answer_without_a_redirec
     from fastapi.testclient import TestClient
     from prometheus_client import CollectorRegistry, Counter, make_asgi_app
 
-    from unilab_gym.control.server import make_app
+    from unilab_gym.sb3.control.server import make_app
 
     registry = CollectorRegistry()
     Counter("unilab_probe", "a probe", registry=registry).inc()

@@ -21,7 +21,7 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 #: the folders whose every module the layout names, as the docs write them
-PACKAGES = {"unilab_gym/": ROOT / "unilab_gym", "integrations/": ROOT / "integrations"}
+PACKAGES = {"unilab_gym/": ROOT / "unilab_gym"}
 
 
 # ----------------------------------------------------------------------------------- layout
@@ -54,7 +54,7 @@ def layout_entries(text: str) -> set[str]:
 
 
 def tree_entries() -> set[str]:
-    """Every module and subpackage under unilab_gym/ and integrations/ (``unilab_gym/sim/world.py``, ``.../sim/``)."""
+    """Every module and subpackage under unilab_gym/ (``unilab_gym/sim/world.py``, ``.../sim/``)."""
     out: set[str] = set()
     for prefix, folder in PACKAGES.items():
         for path in folder.rglob("*.py"):

@@ -103,7 +103,7 @@ def test_falling_policy_counts_falls_and_stops_counting_finished_episodes():
 def test_vecnormalize_statistics_are_applied_from_an_object_or_a_path(tmp_path):
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     seen = []
 

@@ -151,7 +151,7 @@ def test_ppo_async_trains_with_vecnormalize_saves_and_plays(tmp_path):
     assert (tmp_path / "ppo_async.zip").exists() and stats.exists()
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     venv = make_sb3_env("UniLab/Quadruped-v0", 1)
     loaded = VecNormalize.load(str(stats), venv)
@@ -240,7 +240,7 @@ def test_shared_replay_hypotheses_compares_every_variant_on_the_same_data(tmp_pa
     from stable_baselines3 import SAC
 
     from unilab_gym.evaluation import evaluate_gait
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     untrained = SAC("MlpPolicy", make_sb3_env("UniLab/Quadruped-v0", 1, seed=0), seed=0, device="cpu")
     gait = evaluate_gait(untrained, n_episodes=2, seed=1000)

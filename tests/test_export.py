@@ -34,7 +34,7 @@ from unilab_gym.export import (  # noqa: E402
     policy_net,
     run_onnx,
 )
-from unilab_gym.integrations.sb3 import make_sb3_env  # noqa: E402
+from unilab_gym.sb3.vec_env import make_sb3_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGOS = {cls.__name__: cls for cls in (SAC, TD3, DDPG, PPO, A2C)}

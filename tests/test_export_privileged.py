@@ -28,7 +28,7 @@ from unilab_gym.export import (
     policy_net,
     run_onnx,
 )
-from unilab_gym.integrations.sb3 import AsymmetricActorCriticPolicy, AsymmetricSACPolicy, make_sb3_env
+from unilab_gym.sb3.vec_env import AsymmetricActorCriticPolicy, AsymmetricSACPolicy, make_sb3_env
 
 ID = "UniLab/Quadruped-v0"
 CLIP_OBS = 3.0

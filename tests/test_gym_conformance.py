@@ -364,7 +364,7 @@ def test_make_keeps_its_usual_meaning_elsewhere(closing):
 
 
 def test_tianshou_adapter_still_advances_idle_finished_envs_with_autoreset_disabled(closing):
-    tianshou = pytest.importorskip("unilab_gym.integrations.tianshou")
+    tianshou = pytest.importorskip("unilab_gym.tianshou")
     envs = tianshou.TianshouVectorEnv(closing(UniLabVectorEnv(2, autoreset_mode="Disabled", max_episode_steps=1)))
     envs.reset()
     assert envs.step(np.zeros((2, 12)))[3].all()  # both truncated

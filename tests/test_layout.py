@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: source folder -> the dotted package it is installed as (pyproject's package-dir)
-PACKAGES = {ROOT / "unilab_gym": "unilab_gym", ROOT / "integrations": "unilab_gym.integrations"}
+#: source folder -> the dotted package it is installed as
+PACKAGES = {ROOT / "unilab_gym": "unilab_gym"}
 
 
 def _modules() -> dict[str, Path]:

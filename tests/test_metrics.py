@@ -364,7 +364,7 @@ def test_env_metrics_callback_logs_the_env_side_figures_with_plain_sb3(tmp_path)
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from unilab_gym.integrations.sb3 import EnvMetricsCallback, make_sb3_env
+    from unilab_gym.sb3.vec_env import EnvMetricsCallback, make_sb3_env
 
     env = make_sb3_env(ID, 4, seed=0, max_episode_steps=10)
     model = PPO("MlpPolicy", env, n_steps=16, batch_size=32, n_epochs=1, seed=0, policy_kwargs=dict(net_arch=[16]))
@@ -390,7 +390,7 @@ def test_env_metrics_callback_logs_the_env_side_figures_with_plain_sb3(tmp_path)
 def test_env_metrics_callback_counts_are_current_when_off_policy_sb3_logs(tmp_path):
     from stable_baselines3 import SAC
 
-    from unilab_gym.integrations.sb3 import EnvMetricsCallback, make_sb3_env
+    from unilab_gym.sb3.vec_env import EnvMetricsCallback, make_sb3_env
 
     env = make_sb3_env(ID, 4, seed=0, max_episode_steps=10)
     model = SAC("MlpPolicy", env, learning_starts=1000, seed=0, **{**fast(), "buffer_size": 1000})

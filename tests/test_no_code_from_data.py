@@ -56,7 +56,7 @@ def setup(tmp_path_factory):
     """A fresh PPO model with a booby-trapped sibling statistics file, and a report on it."""
     from stable_baselines3 import PPO
 
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     root = tmp_path_factory.mktemp("data")
     markers = {name: root / f"ran_{name}" for name in ("sibling", "recorded_stats", "recorded_model")}

@@ -126,7 +126,7 @@ def test_single_env_gives_one_dict():
 
 # ----------------------------------------------------------------------------- adapters
 def test_sb3_vecenv_carries_the_dict_and_dict_terminal_observations():
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     env = make_sb3_env(ID, 3, seed=0, privileged_obs=True, **TASK)
     assert isinstance(env.observation_space, spaces.Dict)
@@ -147,7 +147,7 @@ def test_tianshou_env_gives_dicts_per_env_as_dummy_vector_env():
     pytest.importorskip("tianshou")
     from tianshou.data import Batch
 
-    from unilab_gym.integrations.tianshou import make_tianshou_env
+    from unilab_gym.tianshou import make_tianshou_env
 
     env = make_tianshou_env(ID, 3, seed=0, privileged_obs=True)
     obs, _ = env.reset()

@@ -85,7 +85,7 @@ def nodes():
 
 
 def make_sac(**kwargs):
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     env = make_sb3_env(ID, 1, seed=0, **SMALL_ENV)
     settings = dict(batch_size=32, policy_kwargs=dict(net_arch=[32, 32]), buffer_size=5_000, learning_starts=10)
@@ -165,7 +165,7 @@ def test_sac_trains_on_the_worker_node_and_close_leaves_no_actor(nodes):
 
 
 def test_ppo_one_collector_lag0_over_ray_equals_stock_sb3_bit_for_bit(nodes):
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     worker = nodes.live_worker()
     env_kwargs = dict(max_episode_steps=10, envs_per_cluster=4)  # truncations (bootstrap) in every rollout
@@ -190,7 +190,7 @@ def test_vecnormalize_statistics_merge_over_ray_and_counts_add_up(nodes):
     """Issue 15 item 1 on the Ray backend: a VecNormalize model trains, every stepped observation counted once."""
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     nodes.live_worker()
     env = VecNormalize(make_sb3_env(ID, 8, seed=0, **SMALL_ENV), gamma=0.99)

@@ -13,8 +13,8 @@ from stable_baselines3 import SAC
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.env_util import make_vec_env
 
-from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
 from unilab_gym.replay import ReplayLayout, ReplayStorage
+from unilab_gym.sb3.replay_buffer import SharedReplayBuffer
 
 CTX = mp.get_context("spawn")
 OBS6 = spaces.Box(-1e6, 1e6, (6,), np.float32)

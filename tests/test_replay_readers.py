@@ -13,8 +13,8 @@ import torch as th
 from _replay_workers import read_uniform, sb3_reader_and_hang, uniform_rows, write_uniform
 from gymnasium import spaces
 
-from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
 from unilab_gym.replay import ReplayLayout, ReplayStorage
+from unilab_gym.sb3.replay_buffer import SharedReplayBuffer
 
 CTX = mp.get_context("spawn")
 JOIN = 60  # seconds; a generous bound, not a synchronisation

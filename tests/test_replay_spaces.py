@@ -15,8 +15,8 @@ from stable_baselines3 import SAC
 from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
 from stable_baselines3.common.type_aliases import DictReplayBufferSamples
 
-from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
 from unilab_gym.replay import ReplayLayout, ReplayStorage
+from unilab_gym.sb3.replay_buffer import SharedReplayBuffer
 
 CTX = mp.get_context("spawn")
 ACT = spaces.Box(-1, 1, (2,), np.float32)

@@ -7,8 +7,8 @@ import pytest
 from gymnasium import spaces
 from scipy.stats import chisquare
 
-from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
 from unilab_gym.replay.status import NORMAL, TERMINATED, TRUNCATED, check_status_weights, status_of
+from unilab_gym.sb3.replay_buffer import SharedReplayBuffer
 
 OBS = spaces.Box(-1, 1, (4,), np.float32)
 ACT = spaces.Box(-1, 1, (1,), np.float32)

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-import unilab_gym.hyperparams as hyperparams
+import unilab_gym.sb3.zoo as hyperparams
 
 # rl-zoo3 runs in a subprocess only: importing it here would patch gymnasium's TimeLimit for
 # every later test of this process (rl_zoo3.gym_patches adds "TimeLimit.truncated" to infos).

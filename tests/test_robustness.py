@@ -56,7 +56,7 @@ def fresh_ppo(tmp_path_factory):
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     out = tmp_path_factory.mktemp("policy")
     env = VecNormalize(make_sb3_env("UniLab/Quadruped-v0", 2, seed=0))
@@ -191,7 +191,7 @@ def test_train_ppo_dr_example_writes_model_stats_and_trace(tmp_path):
 def test_cli_refuses_a_wrong_algo_and_bad_counts_with_a_usage_error(tmp_path, capsys):
     from stable_baselines3 import PPO
 
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     venv = make_sb3_env("UniLab/Quadruped-v0", 1)
     PPO("MlpPolicy", venv, n_steps=8, batch_size=8).save(tmp_path / "ppo")
@@ -211,7 +211,7 @@ def test_play_refuses_a_non_positive_step_count(tmp_path):
     from stable_baselines3 import PPO
 
     from unilab_gym.cli.play import main as play
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     venv = make_sb3_env("UniLab/Quadruped-v0", 1)
     PPO("MlpPolicy", venv, n_steps=8, batch_size=8).save(tmp_path / "ppo")
@@ -219,3 +219,112 @@ def test_play_refuses_a_non_positive_step_count(tmp_path):
     with pytest.raises(SystemExit, match="--steps must be a positive int, got -3"):
         play([str(tmp_path / "ppo.zip"), "--steps", "-3", "--out", str(tmp_path / "x.gif")])
     assert not (tmp_path / "x.gif").exists()
+
+
+PICK = "UniLab/PandaPick-v0"
+
+
+def test_pandapick_task_axes_set_the_config_range_and_bad_names_raise_clearly():
+    from unilab_gym.cli.robustness import task_axes
+
+    axes = parse_grid("object_size=0.02:0.07:6, object_friction=0.3:1.5:2, friction=0.5:1:2", PICK)
+    assert [(a.name, a.field) for a in axes] == [
+        ("object_size", "object_size_range"),
+        ("object_friction", "object_friction_range"),
+        ("friction", None),  # the physics parameter (the fingers'), not the object's
+    ]
+    np.testing.assert_allclose(axes[0].values, [0.02, 0.03, 0.04, 0.05, 0.06, 0.07])
+    assert {"object_size", "object_mass", "object_friction"} <= set(task_axes(PICK))
+    with pytest.raises(ValueError, match=r"unknown grid axis 'object_colour' for UniLab/PandaPick-v0; valid names: "
+                       r"\[.*'object_friction'.*'object_size'"):
+        parse_grid("object_colour=0:1:2", PICK)
+    with pytest.raises(ValueError, match="unknown grid axis 'object_size' for UniLab/Quadruped-v0"):
+        parse_grid("object_size=0.02:0.07:2")  # the quadruped has no object
+    with pytest.raises(ValueError, match="object_size_range"):  # the task's own validation: the gripper opens 8 cm
+        parse_grid("object_size=0.05:0.1:2", PICK)
+    with pytest.raises(ValueError, match=r"NoSuchTask-v0. is not registered"):
+        parse_grid("friction=0.5:1:2", "UniLab/NoSuchTask-v0")
+
+
+class _ScriptedGrasp:
+    """Above the object, down, close, lift to the goal, through Pick's end-effector actions (from the observation:
+    PICK_OBS_LAYOUT); the step count restarts with each batch (a fresh env's last action is all zero)."""
+
+    def __init__(self):
+        self.t = 0
+
+    def __call__(self, obs):
+        from unilab_gym.tasks.panda import PICK_OBS_LAYOUT as L
+
+        def col(name):
+            return obs[:, slice(*L[name])].astype(np.float64)
+
+        if not obs[:, slice(*L["last_action"])].any():
+            self.t = 0
+        obj, point = col("object_pos"), col("grasp_point_command")
+        t, self.t = self.t, self.t + 1
+        target = obj + np.array([0.0, 0.0, 0.06]) if t < 12 else obj if t < 27 else col("goal")
+        action = np.zeros((len(obs), 4), np.float32)
+        action[:, :3] = np.clip((target - point) / 0.05, -1, 1)
+        action[:, 3] = 1.0 if t < 22 else -1.0
+        return action
+
+
+def test_pandapick_success_is_is_success_per_object_friction_cell():
+    """A scripted grasp lifts the objects that have friction and none that have not: the report's success is
+    ``info["is_success"]`` at the episode's last step, with no gait figures (not a quadruped)."""
+    from unilab_gym.cli.robustness import evaluate, summarize
+
+    axes = parse_grid("object_friction=0:1:2", PICK)
+    records = evaluate(_ScriptedGrasp(), axes, 6, env_id=PICK, num_envs=3, progress=False)
+    assert len(records) == 6
+    for r in records:
+        assert r["parameters"]["object_friction"] == r["cell"]["object_friction"]  # the cell's value, drawn exactly
+        assert isinstance(r["is_success"], bool) and "duty_factor" not in r
+    cells = {c["cell"]["object_friction"]: c for c in summarize(records, axes, ("object_lost",))}
+    assert cells[0.0]["success_rate"] == 0.0 and cells[1.0]["success_rate"] >= 2 / 3
+    assert cells[1.0]["success_rate"] == np.mean([r["is_success"] for r in records if r["cell"]["object_friction"]])
+    assert set(cells[0.0]["fall_conditions"]) == {"object_lost"} and cells[0.0]["duty_factor"] is None
+
+
+def test_pandapick_report_marks_held_out_sizes_draws_the_figure_and_replays(tmp_path):
+    import gymnasium as gym
+    import matplotlib.image
+    from stable_baselines3 import PPO
+
+    model = tmp_path / "pick.zip"
+    env = gym.make(PICK, max_episode_steps=5)
+    PPO("MlpPolicy", env, n_steps=8, batch_size=8, seed=0, device="cpu").save(model)
+    env.close()
+    out = tmp_path / "report"
+    args = ["--model", str(model), "--algo", "ppo", "--env-id", PICK, "--grid", "object_size=0.02:0.06:3"]
+    args += ["--train-ranges", "object_size=0.03:0.05", "--episodes", "6", "--max-episode-steps", "5"]
+    main([*args, "--num-envs", "2", "--out", str(out), "--no-progress"])
+    results = json.loads((out / "results.json").read_text())
+    assert results["env_id"] == PICK and results["success_rule"] == "is_success"
+    assert results["task_axes"] == {"object_size": "object_size_range"}
+    assert results["env"]["max_episode_steps"] == 5 and results["condition_names"] == ["object_lost"]
+    held = {round(c["cell"]["object_size"], 9): c["held_out"] for c in results["cells"]}
+    assert held == {0.02: True, 0.04: False, 0.06: True}
+    for r in results["episodes"]:
+        assert r["parameters"]["object_size"] == pytest.approx(r["cell"]["object_size"]) and "is_success" in r
+    report = (out / "report.md").read_text()
+    assert 'Success: `info["is_success"]`' in report and "object_size sets" not in report
+    assert "`object_size` sets `object_size_range` = (v, v)" in report and "Trained on: object_size 0.03-0.05" in report
+    assert "tracking error" not in report and "| held out |" in report and "generalization.png" in report
+    image = matplotlib.image.imread(out / "generalization.png")
+    assert image.ndim == 3 and image.std() > 0.05
+    # a failure replays exactly, in its cell's object size
+    outcome = main(["--replay", str(out / "results.json"), "--model", str(model)])
+    assert outcome["matches"] and outcome["is_success"] is False
+
+
+def test_train_ranges_must_name_grid_axes(tmp_path, capsys):
+    from unilab_gym.cli.robustness import parse_train_ranges
+
+    axes = parse_grid("object_size=0.02:0.06:3", PICK)
+    assert parse_train_ranges("object_size=0.03:0.05", axes) == {"object_size": (0.03, 0.05)}
+    with pytest.raises(ValueError, match=r"'object_mass' is not a grid axis; the grid's axes: \['object_size'\]"):
+        parse_train_ranges("object_mass=0.1:0.2", axes)
+    with pytest.raises(ValueError, match="low <= high"):
+        parse_train_ranges("object_size=0.05:0.03", axes)

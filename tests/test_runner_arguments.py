@@ -19,8 +19,8 @@ pytest.importorskip("stable_baselines3")
 from stable_baselines3 import PPO, SAC
 
 from unilab_gym import AsyncRunner, CollectorError, SharedReplayBuffer
-from unilab_gym.integrations.sb3 import make_sb3_env
 from unilab_gym.runtime.errors import root_cause
+from unilab_gym.sb3.vec_env import make_sb3_env
 
 sys.path.insert(0, os.path.dirname(__file__))
 import _runner_envs

@@ -28,7 +28,7 @@ from stable_baselines3.common.type_aliases import DictReplayBufferSamples, Repla
 from stable_baselines3.common.utils import get_device
 from stable_baselines3.common.vec_env import VecNormalize
 
-from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
+from unilab_gym.sb3.replay_buffer import SharedReplayBuffer
 
 VALUES = np.arange(1.0, 6.0, dtype=np.float32).reshape(5, 1)  # observations cycle through 1..5
 

@@ -17,7 +17,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper, VecFrameStack, VecMonitor, VecNormalize
 
 import unilab_gym  # noqa: F401  (registers the id)
-from unilab_gym.integrations.sb3 import make_sb3_env
+from unilab_gym.sb3.vec_env import make_sb3_env
 
 ID = "UniLab/Quadruped-v0"
 N = 3

@@ -21,8 +21,8 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 import unilab_gym
-from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
 from unilab_gym.replay import ReplayStorage
+from unilab_gym.sb3.replay_buffer import SharedReplayBuffer
 
 CTX = mp.get_context("spawn")
 BOX_OBS = spaces.Box(-10, 10, (5,), np.float32)

@@ -9,7 +9,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor, VecNormali
 
 import unilab_gym  # noqa: F401  (registers the id)
 from unilab_gym import UniLabVectorEnv
-from unilab_gym.integrations.sb3 import SB3VecEnv, make_sb3_env
+from unilab_gym.sb3.vec_env import SB3VecEnv, make_sb3_env
 
 ID = "UniLab/Quadruped-v0"
 # short episodes that end both ways: falls (tilt > 0.1 rad) and time limits (40 steps)

@@ -21,10 +21,10 @@ pytest.importorskip("stable_baselines3")
 
 from stable_baselines3.common.save_util import load_from_zip_file
 
-import unilab_gym.control.snapshots as snapshots
+import unilab_gym.sb3.control.snapshots as snapshots
 from unilab_gym import SharedReplayBuffer
-from unilab_gym.control import Controller
-from unilab_gym.control.snapshots import SnapshotIntegrityError
+from unilab_gym.sb3.control import Controller
+from unilab_gym.sb3.control.snapshots import SnapshotIntegrityError
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_control_hyperparams import sac
@@ -205,7 +205,7 @@ def _mode(path):
 
 def test_token_file_two_live_runs_a_resumed_run_and_a_symlink(tmp_path, monkeypatch):
     pytest.importorskip("fastapi")
-    from unilab_gym.control import ControlCallback
+    from unilab_gym.sb3.control import ControlCallback
 
     monkeypatch.delenv("UNILAB_CONTROL_TOKEN", raising=False)
     token_path = tmp_path / "control_token"
@@ -224,7 +224,7 @@ def test_token_file_two_live_runs_a_resumed_run_and_a_symlink(tmp_path, monkeypa
 
 def test_token_file_is_never_written_through_a_symlink(tmp_path, monkeypatch):
     pytest.importorskip("fastapi")
-    from unilab_gym.control import ControlCallback
+    from unilab_gym.sb3.control import ControlCallback
 
     monkeypatch.delenv("UNILAB_CONTROL_TOKEN", raising=False)
     elsewhere = tmp_path / "elsewhere"

@@ -14,8 +14,8 @@ from tianshou.utils.net.continuous import ContinuousActorProbabilistic
 
 import unilab_gym  # noqa: F401  (registers the id)
 from unilab_gym import UniLabVectorEnv
-from unilab_gym.integrations.tianshou import SharedVectorReplayBuffer, TianshouVectorEnv, make_tianshou_env
 from unilab_gym.replay import ReplayStorage
+from unilab_gym.tianshou import SharedVectorReplayBuffer, TianshouVectorEnv, make_tianshou_env
 
 ID = "UniLab/Quadruped-v0"
 # short episodes that end both ways: falls (tilt > 0.1 rad) and time limits (40 steps)
@@ -264,7 +264,7 @@ def test_hdf5_round_trip_into_a_new_block(tmp_path):
 
 
 def test_hdf5_failure_leaves_no_partial_file(tmp_path, monkeypatch):
-    import unilab_gym.integrations.tianshou as ts
+    import unilab_gym.tianshou.replay_buffer as ts
 
     buf = SharedVectorReplayBuffer(10, 2)
     buf.add(_batch(2))

@@ -20,7 +20,7 @@ from tianshou.env import DummyVectorEnv, VectorEnvNormObs
 from tianshou.utils import RunningMeanStd
 
 import unilab_gym  # noqa: F401  (registers the id)
-from unilab_gym.integrations.tianshou import SharedVectorReplayBuffer, make_tianshou_env
+from unilab_gym.tianshou import SharedVectorReplayBuffer, make_tianshou_env
 
 ID = "UniLab/Quadruped-v0"
 SHORT = dict(max_episode_steps=20, termination={"max_tilt": 0.1})

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("tianshou")
 from tianshou.data import Batch
 
-from unilab_gym.integrations.tianshou import SharedVectorReplayBuffer
+from unilab_gym.tianshou import SharedVectorReplayBuffer
 
 
 def no_new_block(monkeypatch):

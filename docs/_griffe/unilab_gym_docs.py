@@ -1,10 +1,5 @@
 """Griffe extensions for the documentation build (configured in ``mkdocs.yml``); not part of the package.
 
-- :class:`IntegrationsSubpackage`: ``pyproject.toml`` installs the top-level ``integrations/`` folder
-  as the subpackage ``unilab_gym.integrations`` (``[tool.setuptools] package-dir``). Griffe finds
-  packages by walking folders, so it sees ``unilab_gym/`` without that subpackage; this extension
-  attaches it, read statically from its source like the rest of the package, so the API pages can
-  say ``::: unilab_gym.integrations.sb3``.
 - :class:`SphinxRoles`: the docstrings cross-reference in Sphinx style (``:class:`~a.B```, a
   paragraph ending in ``::`` before a literal block). Markdown has neither, so they are rewritten
   to Markdown code spans (``B``) and a plain colon before the rendering. Code spans, not links: a
@@ -14,29 +9,14 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import griffe
-
-INTEGRATIONS_INIT = Path(__file__).resolve().parents[2] / "integrations" / "__init__.py"
 
 #: ``:role:`target``` or ``:role:`~dotted.target``` (``~``: show the last component only)
 _ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj|const|ivar|cvar):`(~?)([^`]+)`")
 #: a line ending in ``::`` (a Sphinx literal-block marker); a line that is only ``::`` disappears
 _LITERAL_MARKER = re.compile(r"(?m)^([ \t]*)::[ \t]*$\n?|(?<=\S)::[ \t]*$")
-
-
-class IntegrationsSubpackage(griffe.Extension):
-    """Attach ``integrations/`` to the loaded ``unilab_gym`` package as its ``integrations`` member."""
-
-    def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
-        """Called by griffe once a top-level package is loaded."""
-        if pkg.path != "unilab_gym" or "integrations" in pkg.members:
-            return
-        # GriffeLoader has no public call that loads a folder under a given parent module.
-        module = loader._load_module("integrations", INTEGRATIONS_INIT, parent=pkg)
-        pkg.set_member("integrations", module)
 
 
 def _role(match: re.Match[str]) -> str:

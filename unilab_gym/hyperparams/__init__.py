@@ -1,23 +1,5 @@
-"""Tuned hyperparameters for rl-zoo3, shipped as YAML files (one per algorithm).
+"""Deprecated: moved to :mod:`unilab_gym.sb3.zoo` (this re-export warns, and goes in 0.3)."""
 
-    python -m rl_zoo3.train --algo ppo --env UniLab/Quadruped-v0 --gym-packages unilab_gym \\
-        --conf-file "$(python -c 'import unilab_gym.hyperparams as h; print(h.path("ppo"))')"
-"""
+from unilab_gym._deprecated import forward
 
-from __future__ import annotations
-
-from pathlib import Path
-
-#: Algorithms with a YAML file here.
-ALGOS: tuple[str, ...] = ("ppo", "sac")
-
-
-def path(algo: str) -> Path:
-    """The YAML file of ``algo`` (``"ppo"`` or ``"sac"``) for rl-zoo3's ``--conf-file``.
-
-    Raises:
-        ValueError: no file for ``algo``.
-    """
-    if algo not in ALGOS:
-        raise ValueError(f"no rl-zoo3 hyperparameters for {algo!r}; available: {list(ALGOS)}")
-    return Path(__file__).with_name(f"{algo}.yml")
+__getattr__, __dir__ = forward(__name__, "unilab_gym.sb3.zoo")

@@ -4,8 +4,8 @@ One vector env (an EIC cluster) and a CPU copy of the policy, in a process start
 ``spawn`` start method. Everything it needs arrives as picklable handles. :func:`collector_main`
 sets up what every collector shares (env, policy, weights, counters, error channel) as a
 :class:`Collector`, then hands it to the spec's *writer*, which runs the family's loop and
-decides what is written where: :class:`~unilab_gym.runtime.off_policy.ReplayWriter`
-(transitions into the shared replay) or :class:`~unilab_gym.runtime.on_policy.RolloutWriter`
+decides what is written where: :class:`~unilab_gym.sb3.loops.off_policy.ReplayWriter`
+(transitions into the shared replay) or :class:`~unilab_gym.sb3.loops.on_policy.RolloutWriter`
 (rollouts into the shared rollout storage). A writer uses only the :class:`Collector` methods
 and attributes documented there, so another backend can run the same writer with its own.
 
@@ -39,15 +39,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
 from unilab_gym.latency import LatencyHistogram, StepLatency
-from unilab_gym.runtime.control import (
-    BUDGET,
-    GRANTED,
-    LEARNING_STARTS,
+from unilab_gym.runtime.counters import (
     PROGRESS,
     PROGRESS_NS,
     READY,
@@ -56,12 +53,13 @@ from unilab_gym.runtime.control import (
     TRUNCATED,
     VERSION,
     WEIGHT_SYNC_LATENCY,
-    Control,
-    ControlHandle,
+    CounterTable,
+    CountersHandle,
+    SharedCounters,
 )
 from unilab_gym.runtime.errors import CollectorError
 from unilab_gym.runtime.normalization import CollectorNormalizer, NormalizationSpec
-from unilab_gym.runtime.weights import SharedWeights, WeightsHandle, load_flat, vector_size
+from unilab_gym.runtime.weights import SharedWeights, WeightsHandle, WeightsReader, load_flat, vector_size
 from unilab_gym.shm import Segment
 
 #: How long a collector sleeps between checks while it may not collect, in s.
@@ -72,6 +70,8 @@ PR_SET_PDEATHSIG = 1
 WATCHDOG_INTERVAL_S = 0.2
 #: Exit code of a collector that found its learner gone at start-up.
 ORPHAN_EXIT_CODE = 3
+#: Where a writer writes (:attr:`Writer.sink`).
+Sink = Literal["replay", "rollout"]
 
 
 class Writer(Protocol):
@@ -79,8 +79,15 @@ class Writer(Protocol):
 
     ``run`` collects until :attr:`Collector.running` turns false, writing what the family's
     learner reads (replay transitions, rollouts) and counting in :attr:`Collector.row`.
+
+    A transport that cannot hand the writer the learner's storage (Ray: another machine) reads
+    :attr:`sink` to know which storage to stand in for, and replaces the handle attribute it names.
     """
 
+    #: where the writer writes: ``"replay"`` (transitions into the replay ring of its ``replay``
+    #: attribute, a :class:`~unilab_gym.replay.ReplayHandle`) or ``"rollout"`` (rollouts into the slots of
+    #: its ``rollouts`` attribute, a :class:`~unilab_gym.runtime.rollout.RolloutHandle`, at env column ``column``).
+    sink: ClassVar[Sink]
     #: autoreset mode the writer needs from the env (``"SameStep"``), or ``None`` for any.
     autoreset_mode: str | None
     #: the learner's ``VecNormalize`` settings (the collector then keeps a :attr:`Collector.normalizer`), or ``None``.
@@ -112,6 +119,37 @@ class CollectorSpec:
     env_fn: Callable[[int], Any] | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     parent_pid: int = 0
+
+
+class MessageSink(Protocol):
+    """Where a collector sends its reports to the learner: a ``multiprocessing`` pipe end, or an :class:`Outbox`."""
+
+    def send(self, message: Any) -> None:
+        """Queue ``message`` (a picklable tuple such as ``("episodes", returns, lengths)``) for the learner."""
+        ...
+
+
+class Outbox:
+    """An in-process stand-in for a collector process's pipe: :meth:`send` queues, :meth:`take` empties.
+
+    A Ray actor's messages ride on its next exchange result; an inline collector's are taken by the
+    pool's ``poll``. Thread-safe (one lock).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._messages: list[tuple[Any, ...]] = []
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        """Queue ``message``."""
+        with self._lock:
+            self._messages.append(message)
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """The messages queued since the last call, in order."""
+        with self._lock:
+            taken, self._messages = self._messages, []
+        return taken
 
 
 def make_vector_env(spec: CollectorSpec, autoreset_mode: str | None = None) -> Any:
@@ -337,7 +375,7 @@ class Collector:
     :ivar env: the gymnasium vector env (``num_envs`` envs), not yet reset, behind a
         :class:`FiniteCheckedEnv` (its ``reset`` / ``step`` raise ``CollectorError`` on a NaN / inf).
     :ivar policy: the torch module on CPU, in eval mode, with the weights of :attr:`version`.
-    :ivar row: this collector's counters (int64, fields of :mod:`unilab_gym.runtime.control`:
+    :ivar row: this collector's counters (int64, fields of :mod:`unilab_gym.runtime.counters`:
         ``TRANSITIONS``, ``STEP_CALLS``, ``ROLLOUTS``, ... ), which it alone writes.
     :ivar version: weight version loaded into :attr:`policy` (0: none yet).
     :ivar normalizer: with a ``VecNormalize`` on the learner's model: the
@@ -354,7 +392,13 @@ class Collector:
     """
 
     def __init__(
-        self, spec: CollectorSpec, env: Any, policy: Any, weights: SharedWeights, control: Control, conn: Connection
+        self,
+        spec: CollectorSpec,
+        env: Any,
+        policy: Any,
+        weights: WeightsReader,
+        control: CounterTable,
+        conn: MessageSink,
     ):
         self.spec, self.policy, self.conn = spec, policy, conn
         self.env: Any = FiniteCheckedEnv(env, spec.index)  # shared by the Ray collectors (StagedCollector)
@@ -393,15 +437,15 @@ class Collector:
 
     def budget(self) -> int:
         """Off-policy: collectors together may write transitions while :meth:`total_transitions` is below this."""
-        return int(self._control.globals[BUDGET])
+        return self._control.signals()[0]
 
     def learning_starts(self) -> int:
         """Off-policy: collectors act uniformly at random while :meth:`total_transitions` is below this."""
-        return int(self._control.globals[LEARNING_STARTS])
+        return self._control.signals()[1]
 
     def granted(self) -> int:
         """On-policy: collectors may collect rollouts ``0 .. granted() - 1``."""
-        return int(self._control.globals[GRANTED])
+        return self._control.signals()[2]
 
     def total_transitions(self) -> int:
         """Transitions written by all collectors together."""
@@ -463,7 +507,7 @@ class Collector:
 
 
 def collector_main(
-    spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: ControlHandle, conn: Connection
+    spec: CollectorSpec, weights_handle: WeightsHandle, control_handle: CountersHandle, conn: Connection
 ) -> None:
     """Process entry point: run the writer; on an exception, report it through ``conn`` first, then clean up."""
     # first: from now on the kernel ends this process with the learner (or its fork server)
@@ -491,7 +535,7 @@ def collector_main(
 def _run(
     spec: CollectorSpec,
     weights_handle: WeightsHandle,
-    control_handle: ControlHandle,
+    control_handle: CountersHandle,
     conn: Connection,
     opened: list[Any],
 ) -> None:
@@ -509,7 +553,7 @@ def _run(
     policy.eval()
     weights = SharedWeights.attach(weights_handle)
     opened.append(weights)
-    control = Control.attach(control_handle)
+    control = SharedCounters.attach(control_handle)
     opened.append(control)
     env = make_vector_env(spec, spec.writer.autoreset_mode)
     opened.append(env)

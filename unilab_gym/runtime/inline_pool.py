@@ -2,8 +2,8 @@
 
 ``AsyncRunner(..., backend="inline")``. No process is started and nothing crosses a process
 boundary: each collector is the same :class:`~unilab_gym.runtime.collector.Collector` with the same
-family *writer* (:class:`~unilab_gym.runtime.off_policy.ReplayWriter`,
-:class:`~unilab_gym.runtime.on_policy.RolloutWriter`) that a collector process runs, writing into
+family *writer* (:class:`~unilab_gym.sb3.loops.off_policy.ReplayWriter`,
+:class:`~unilab_gym.sb3.loops.on_policy.RolloutWriter`) that a collector process runs, writing into
 the same replay / rollout storage, but it is stepped by the learner itself::
 
     learner thread                                   collector c's thread (parked between turns)

@@ -560,7 +560,7 @@ class RunnerMetrics:
 def prometheus_app(metrics: RunnerMetrics) -> Any:
     """prometheus-client's ASGI app (``make_asgi_app``) over ``metrics``, to mount on another server.
 
-    The control server (:mod:`unilab_gym.control`) mounts it at ``/metrics`` when a runner has
+    The control server (:mod:`unilab_gym.sb3.control`) mounts it at ``/metrics`` when a runner has
     both ``control_port`` and ``metrics_port``: one port per runner.
 
     Raises:

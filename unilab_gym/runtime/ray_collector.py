@@ -1,8 +1,8 @@
 """The collector side of :class:`~unilab_gym.runtime.ray_pool.RayCollectorPool`: one Ray actor per collector.
 
 A :class:`CollectorActor` runs the same writer as a collector process
-(:class:`~unilab_gym.runtime.off_policy.ReplayWriter` or
-:class:`~unilab_gym.runtime.on_policy.RolloutWriter`), with the same env, CPU policy and seeds.
+(:class:`~unilab_gym.sb3.loops.off_policy.ReplayWriter` or
+:class:`~unilab_gym.sb3.loops.on_policy.RolloutWriter`), with the same env, CPU policy and seeds.
 It may run on another machine, so it cannot write the learner's shared memory: its writer writes
 into a *stage* instead, a storage of the same layout in the actor's own memory
 (:class:`ReplayStage`: a small replay ring; :class:`RolloutStage`: two rollout slots of its
@@ -32,25 +32,19 @@ import threading
 import time
 import traceback
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from unilab_gym.runtime.collector import Collector, CollectorSpec, make_vector_env
-from unilab_gym.runtime.control import (
-    _GLOBAL,
-    _METRICS,
-    _ROW,
-    BUDGET,
-    GRANTED,
-    LEARNING_STARTS,
-    PROGRESS,
-    PROGRESS_NS,
-    ROLLOUTS,
-    STOP,
-)
-from unilab_gym.runtime.control import TRANSITIONS as _TRANSITIONS
+from unilab_gym.runtime.collector import Collector, CollectorSpec, Outbox, make_vector_env
+from unilab_gym.runtime.counters import PROGRESS, PROGRESS_NS, ROLLOUTS, TRANSITIONS, CounterTable
+from unilab_gym.runtime.weights import LocalWeights
 from unilab_gym.shm import SHM_DIR
+
+#: The names this module had before they moved to neutral modules (kept for imports of 0.1):
+#: :class:`~unilab_gym.runtime.counters.CounterTable`, :class:`~unilab_gym.runtime.weights.LocalWeights`,
+#: :class:`~unilab_gym.runtime.collector.Outbox`.
+LocalControl = CounterTable
 
 #: Exchange requests each collector may have in flight (RLlib's ``max_requests_in_flight_per_env_runner``).
 MAX_IN_FLIGHT = 2
@@ -90,90 +84,17 @@ def sweep_stale_stages(shm_dir: str = SHM_DIR) -> list[str]:
     return swept
 
 
-class LocalControl:
-    """The counters table of :class:`~unilab_gym.runtime.control.Control` on plain numpy arrays (one process).
-
-    The learner's :class:`~unilab_gym.runtime.ray_pool.RayCollectorPool` keeps one as its
-    :class:`~unilab_gym.runtime.pool.Counters`; each actor keeps one for its :class:`StagedCollector`.
-
-    Args:
-        num_collectors: rows of the table.
-    """
-
-    def __init__(self, num_collectors: int):
-        self.num_collectors = num_collectors
-        self.globals = np.zeros(_GLOBAL, np.int64)
-        self.rows = np.zeros((num_collectors, _ROW), np.int64)
-        self.metrics = np.zeros((num_collectors, _METRICS), np.float64)
-
-    @property
-    def stopped(self) -> bool:
-        return bool(self.globals[STOP])
-
-    def total_transitions(self) -> int:
-        return int(self.rows[:, _TRANSITIONS].sum())
-
-    def close(self) -> None:
-        """Nothing to free (the interface of ``Control``)."""
-
-
-class LocalWeights:
-    """The reading side of :class:`~unilab_gym.runtime.weights.SharedWeights`, fed by :meth:`CollectorActor.exchange`.
-
-    ``read_published_ns`` is this actor's ``time.monotonic_ns()`` when the version arrived (clocks of
-    two machines do not compare), so the weight-sync latency is arrival to use.
-    """
-
-    def __init__(self, size: int):
-        self.size = size
-        self._latest: tuple[int, np.ndarray | None, int] = (0, None, 0)
-        self.read_published_ns = 0
-
-    @property
-    def version(self) -> int:
-        return self._latest[0]
-
-    def offer(self, version: int, values: np.ndarray) -> None:
-        """Keep ``values`` ((size,) float32) as ``version`` if it is newer than what is held."""
-        if version > self._latest[0]:
-            self._latest = (version, values, time.monotonic_ns())
-
-    def read(self, out: np.ndarray) -> int:
-        version, values, arrived = self._latest  # one tuple: never torn
-        if values is not None:
-            out[:] = values
-        self.read_published_ns = arrived
-        return version
-
-
-class Outbox:
-    """The actor's stand-in for a collector process's pipe: ``send`` queues a message for the next exchange."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._messages: list[tuple[Any, ...]] = []
-
-    def send(self, message: tuple[Any, ...]) -> None:
-        with self._lock:
-            self._messages.append(message)
-
-    def take(self) -> list[tuple[Any, ...]]:
-        with self._lock:
-            taken, self._messages = self._messages, []
-        return taken
-
-
 class ReplayStage:
     """Off-policy stage: a replay ring of the learner's layout in this actor's memory.
 
     Args:
-        writer: the learner's :class:`~unilab_gym.runtime.off_policy.ReplayWriter`.
+        writer: the learner's :class:`~unilab_gym.sb3.loops.off_policy.ReplayWriter`.
         num_envs: envs of the collector.
 
     :ivar writer: the same writer, writing into the stage.
     """
 
-    def __init__(self, writer: Any, num_envs: int):
+    def __init__(self, writer: Any, num_envs: int):  # a Writer whose sink is "replay"
         from unilab_gym.replay import ReplayStorage
 
         handle = writer.replay
@@ -233,7 +154,7 @@ class RolloutStage:
     """On-policy stage: two rollout slots of this collector's envs in this actor's memory.
 
     Args:
-        writer: the learner's :class:`~unilab_gym.runtime.on_policy.RolloutWriter`.
+        writer: the learner's :class:`~unilab_gym.sb3.loops.on_policy.RolloutWriter`.
         num_envs: envs of the collector.
         index: the collector's index.
         rollouts_done: rollouts the learner already has from this collector (a replacement redoes the next).
@@ -301,8 +222,10 @@ class StagedCollector(Collector):
     read of :attr:`running` also wakes a waiting exchange.
     """
 
-    def __init__(self, spec: CollectorSpec, env: Any, policy: Any, actor: CollectorActor, stage: Any):
-        super().__init__(spec, env, policy, cast(Any, actor.weights), cast(Any, actor.control), cast(Any, actor.outbox))
+    def __init__(
+        self, spec: CollectorSpec, env: Any, policy: Any, actor: CollectorActor, stage: ReplayStage | RolloutStage
+    ):
+        super().__init__(spec, env, policy, actor.weights, actor.control, actor.outbox)
         self._stage = stage
         self._wake = actor.wake
         self.control = actor.control
@@ -350,13 +273,13 @@ class CollectorActor:
 
         self.spec = spec
         self._policy_bytes = policy_bytes
-        self.control = LocalControl(num_collectors)
+        self.control = CounterTable(num_collectors)
         self.control.rows[spec.index] = row
         self.weights = LocalWeights(weights_size)
         self.outbox = Outbox()
         self.wake = threading.Event()
         self._lock = threading.Lock()  # one exchange takes from the stage at a time; close waits for it
-        self._stage: Any = None
+        self._stage: ReplayStage | RolloutStage | None = None
         self._finished = False
         self._signals_seq = -1
         self._node_id = ray.get_runtime_context().get_node_id()
@@ -380,8 +303,6 @@ class CollectorActor:
     def _run(self, opened: list[Any]) -> None:
         import torch
 
-        from unilab_gym.runtime.off_policy import ReplayWriter
-
         spec = self.spec
         sweep_stale_stages()
         torch.set_num_threads(1)
@@ -390,8 +311,8 @@ class CollectorActor:
         policy = torch.load(io.BytesIO(self._policy_bytes), weights_only=False)
         policy.eval()
         row = self.control.rows[spec.index]
-        if isinstance(spec.writer, ReplayWriter):
-            stage: Any = ReplayStage(spec.writer, spec.num_envs)
+        if spec.writer.sink == "replay":
+            stage: ReplayStage | RolloutStage = ReplayStage(spec.writer, spec.num_envs)
         else:
             stage = RolloutStage(spec.writer, spec.num_envs, spec.index, int(row[ROLLOUTS]))
         opened.append(stage)
@@ -429,8 +350,8 @@ class CollectorActor:
             if seq > self._signals_seq:  # requests may run out of order: the newest signals win
                 self._signals_seq = seq
                 others = np.arange(control.num_collectors) != index
-                control.rows[others, _TRANSITIONS] = totals[others]  # before the budget: the writer's total grows
-                control.globals[BUDGET], control.globals[LEARNING_STARTS], control.globals[GRANTED] = signals
+                control.rows[others, TRANSITIONS] = totals[others]  # before the budget: the writer's total grows
+                control.set_signals(*signals)
         deadline = time.monotonic() + EXCHANGE_WAIT_S
         row = control.rows[index]
         while not self._finished and time.monotonic() < deadline:
@@ -456,4 +377,4 @@ class CollectorActor:
 
     def stop(self) -> None:
         """Ask the writer to return (it notices within one step)."""
-        self.control.globals[STOP] = 1
+        self.control.stop()

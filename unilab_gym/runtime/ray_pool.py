@@ -178,7 +178,7 @@ class RayCollectorPool(CollectorPool):
     def start(self) -> None:
         if self._actors:
             return
-        from unilab_gym.runtime.off_policy import ReplayWriter
+        from unilab_gym.sb3.loops.off_policy import ReplayWriter
 
         self._policy_ref = self._ray.put(self.setup.policy_bytes())  # one copy in the object store for every actor
         self._worker = _split_get_worker(self._ray)

@@ -49,7 +49,7 @@ class LearnerLoop(ABC):
     default_log_interval: int
     max_policy_lag: int
     #: called on the learner's thread at every boundary between gradient steps (the runner's
-    #: :class:`~unilab_gym.control.controller.Controller` applies queued changes there), or ``None``.
+    #: :class:`~unilab_gym.sb3.control.controller.Controller` applies queued changes there), or ``None``.
     boundary: Callable[[], None] | None = None
 
     def __init__(self, model: Any, policy: Any):

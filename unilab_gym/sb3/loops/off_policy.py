@@ -34,10 +34,10 @@ import numpy as np
 
 from unilab_gym.runtime.collector import Collector, autoreset_mode_of, obs_copy, obs_rows, obs_tensor
 from unilab_gym.runtime.control import STEP_CALLS, TRANSITIONS
-from unilab_gym.runtime.loop import LearnerLoop
 from unilab_gym.runtime.metrics import ReplayInfo
 from unilab_gym.runtime.normalization import NormalizationSpec
 from unilab_gym.runtime.rollout import put_obs
+from unilab_gym.sb3.loops.base import LearnerLoop
 from unilab_gym.validation import check_int, check_real
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ class OffPolicyLoop(LearnerLoop):
         from stable_baselines3.common.buffers import ReplayBuffer
         from stable_baselines3.common.type_aliases import TrainFrequencyUnit
 
-        from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
+        from unilab_gym.sb3.replay_buffer import SharedReplayBuffer
 
         if max_policy_lag is None:
             max_policy_lag = DEFAULT_MAX_POLICY_LAG

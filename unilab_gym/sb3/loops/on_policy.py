@@ -61,10 +61,10 @@ from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, Roll
 
 from unilab_gym.runtime.collector import Collector, autoreset_mode_of, obs_tensor
 from unilab_gym.runtime.control import ROLLOUTS, STEP_CALLS, TRANSITIONS
-from unilab_gym.runtime.loop import LearnerLoop
 from unilab_gym.runtime.normalization import NormalizationSpec
 from unilab_gym.runtime.pool import check_env_count
 from unilab_gym.runtime.rollout import SLOTS, RolloutHandle, RolloutStorage, put_obs
+from unilab_gym.sb3.loops.base import LearnerLoop
 from unilab_gym.validation import check_int
 
 if TYPE_CHECKING:

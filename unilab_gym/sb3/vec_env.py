@@ -8,8 +8,8 @@ seeded the way SB3 seeds them (``seed(s)``: env ``i`` gets ``s + i`` at the next
 while stepping all N robots in one batched call::
 
     from stable_baselines3 import SAC
-    from unilab_gym.integrations.sb3 import make_sb3_env
-    from unilab_gym.integrations.sb3_replay import SharedReplayBuffer
+    from unilab_gym.sb3.vec_env import make_sb3_env
+    from unilab_gym.sb3.replay_buffer import SharedReplayBuffer
 
     model = SAC("MlpPolicy", make_sb3_env("UniLab/Quadruped-v0", 64), replay_buffer_class=SharedReplayBuffer)
 
@@ -30,8 +30,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from unilab_gym.integrations._infos import make_unilab_vector_env, unbatch_infos
-from unilab_gym.integrations.sb3_policies import AsymmetricActorCriticPolicy, AsymmetricSACPolicy, KeyExtractor
+from unilab_gym.adapters import make_unilab_vector_env, unbatch_infos
+from unilab_gym.sb3.policies import AsymmetricActorCriticPolicy, AsymmetricSACPolicy, KeyExtractor
 from unilab_gym.validation import check_seed
 from unilab_gym.vector_env import UniLabVectorEnv
 

@@ -6,7 +6,7 @@ arXiv:1710.06542): the critic, only used in training, sees privileged simulator 
 sees what the robot measures, so it alone is what runs (and is exported) on the robot::
 
     from stable_baselines3 import PPO, SAC
-    from unilab_gym.integrations.sb3 import AsymmetricActorCriticPolicy, AsymmetricSACPolicy, make_sb3_env
+    from unilab_gym.sb3.vec_env import AsymmetricActorCriticPolicy, AsymmetricSACPolicy, make_sb3_env
 
     env = make_sb3_env("UniLab/Quadruped-v0", 64, seed=0, privileged_obs=True)
     SAC(AsymmetricSACPolicy, env)
