@@ -53,8 +53,8 @@ from unilab_gym.runtime.counters import (
     TRUNCATED,
     VERSION,
     WEIGHT_SYNC_LATENCY,
-    CounterTable,
     CountersHandle,
+    CounterTable,
     SharedCounters,
 )
 from unilab_gym.runtime.errors import CollectorError

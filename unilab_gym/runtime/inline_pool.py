@@ -48,17 +48,16 @@ import socket
 import threading
 import time
 import traceback
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from unilab_gym.runtime.collector import Collector, CollectorSpec, make_vector_env
-from unilab_gym.runtime.control import BUDGET, GRANTED, LEARNING_STARTS, PROGRESS, PROGRESS_NS, STOP, TRANSITIONS
-from unilab_gym.runtime.control import VERSION as _VERSION
+from unilab_gym.runtime.collector import Collector, CollectorSpec, Outbox, make_vector_env
+from unilab_gym.runtime.counters import PROGRESS, PROGRESS_NS, CounterTable
 from unilab_gym.runtime.errors import CollectorError, root_cause
-from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, CollectorStatus, Counters, Reports
-from unilab_gym.runtime.ray_collector import LocalControl, LocalWeights, Outbox
+from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, Reports
+from unilab_gym.runtime.weights import LocalWeights
 
 #: Most rounds of :meth:`InlineCollectorPool.wait` (one loop iteration of each collector, e.g. one vector-env
 #: step) before the learner gets control back (its callbacks, metrics and fault checks).
@@ -197,8 +196,7 @@ class InlineCollector(Collector):
     """
 
     def __init__(self, spec: CollectorSpec, env: Any, policy: Any, pool: InlineCollectorPool, turns: _Turns):
-        outbox = pool.outboxes[spec.index]
-        super().__init__(spec, env, policy, cast(Any, pool.weights), cast(Any, pool.control), cast(Any, outbox))
+        super().__init__(spec, env, policy, pool.weights, pool.control, pool.outboxes[spec.index])
         self._turns = turns
 
     @property
@@ -225,8 +223,8 @@ class InlineCollectorPool(CollectorPool):
     Raises:
         ValueError: ``setup.max_restarts > 0`` (restarts are not supported inline).
 
-    :ivar control: the counters table (:class:`~unilab_gym.runtime.ray_collector.LocalControl`, plain numpy).
-    :ivar weights: the newest published weights (:class:`~unilab_gym.runtime.ray_collector.LocalWeights`).
+    :ivar control: the counters table (:class:`~unilab_gym.runtime.counters.CounterTable`, plain numpy).
+    :ivar weights: the newest published weights (:class:`~unilab_gym.runtime.weights.LocalWeights`).
     :ivar outboxes: per collector, the messages (episodes, moments) it sent since the last :meth:`poll`.
     """
 
@@ -239,12 +237,11 @@ class InlineCollectorPool(CollectorPool):
                 f'backend="inline" does not restart collectors: max_collector_restarts must be 0, got '
                 f'{setup.max_restarts} (a fault raises CollectorError at once; use backend="process" for restarts)'
             )
-        self.setup = setup
-        self.control = LocalControl(setup.num_collectors)
+        super().__init__(setup)
+        self.control = CounterTable(setup.num_collectors)
         self.weights = LocalWeights(setup.weights_size)
         self.outboxes = [Outbox() for _ in range(setup.num_collectors)]
         self._version = 0
-        self._faults = 0
         self._policy_bytes: bytes | None = None
         self._turns: list[_Turns] = []
         self._streams = [_RandomStreams(setup.torch_seed(c, 0)) for c in range(setup.num_collectors)]
@@ -265,19 +262,8 @@ class InlineCollectorPool(CollectorPool):
 
     def _collector(self, c: int) -> Any:
         """The body of collector ``c``'s thread: build its env and policy, run a copy of its writer."""
-        setup = self.setup
-        spec = CollectorSpec(
-            index=c,
-            num_envs=setup.envs_per_collector,
-            env_seed=setup.env_seed(c, 0),
-            seed=setup.torch_seed(c, 0),
-            policy=("", 0),  # loaded from the pool's bytes, not a segment
-            writer=copy.deepcopy(setup.writers[c]),  # what a process unpickles: nothing shared with the learner
-            env_id=setup.env_id,
-            env_fn=setup.env_fn,
-            env_kwargs=setup.collector_env_kwargs(c, 0),
-            parent_pid=os.getppid(),
-        )
+        spec = self.setup.collector_spec(c, 0, parent_pid=os.getppid())  # the policy: from the pool's bytes
+        spec = replace(spec, writer=copy.deepcopy(spec.writer))  # what a process unpickles: nothing shared
 
         def body(turns: _Turns) -> None:
             import torch
@@ -319,7 +305,7 @@ class InlineCollectorPool(CollectorPool):
         if self._closed:
             return
         self._closed = True
-        self.control.globals[STOP] = 1
+        self.control.stop()
         with self._lock:
             for c, turns in enumerate(self._turns):
                 if self._interrupted is not None and self._interrupted[0] == c:
@@ -343,44 +329,15 @@ class InlineCollectorPool(CollectorPool):
     def weight_version(self) -> int:
         return self._version
 
-    def set_budget(self, transitions: int) -> None:
-        self.control.globals[BUDGET] = transitions
-
-    def set_learning_starts(self, transitions: int) -> None:
-        self.control.globals[LEARNING_STARTS] = transitions
-
-    def grant_rollouts(self, count: int) -> None:
-        self.control.globals[GRANTED] = max(int(self.control.globals[GRANTED]), count)
-
-    # ------------------------------------------------------------------ faults, waiting, counters
+    # ------------------------------------------------------------------ counters, status, waiting
     @property
-    def counters(self) -> Counters:
+    def counters(self) -> CounterTable:
         return self.control
 
-    @property
-    def faults(self) -> int:
-        return self._faults
-
-    @property
-    def restarts(self) -> int:
-        return 0
-
-    def status(self) -> list[CollectorStatus]:
-        if self._closed:
-            return []
-        rows, host, pid = self.control.rows, socket.gethostname(), os.getpid()
+    def _locations(self) -> list[tuple[str, int | None]]:
+        host, pid = socket.gethostname(), os.getpid()
         started = [t.started for t in self._turns] or [False] * self.num_collectors  # the learner's pid once started
-        return [
-            CollectorStatus(
-                index=c,
-                node_id=host,
-                pid=pid if started[c] else None,
-                env_steps=int(rows[c, TRANSITIONS]),
-                weight_version=int(rows[c, _VERSION]),
-                restarts=0,
-            )
-            for c in range(self.num_collectors)
-        ]
+        return [(host, pid if s else None) for s in started]
 
     def wait(self, timeout: float) -> None:
         """Step the collectors in rounds, one loop iteration each per round.

@@ -11,7 +11,7 @@ Who owns what in :mod:`unilab_gym.runtime`::
     process_pool.py ProcessCollectorPool, the first implementation: spawned processes
     inline_pool.py  InlineCollectorPool: the collectors stepped in the learner's process, in turns (debugging)
     collector.py    the collector side of the process pool (Collector, collector_main)
-    control.py      counters and learner signals in shared memory (the process pool's Counters)
+    counters.py     the counter table: learner signals, collectors' counters and metrics (numpy or shared memory)
     weights.py      the weight vector format and SharedWeights (versioned, in shared memory)
     rollout.py      RolloutStorage, the shared rollout slots of the on-policy family
     metrics.py      RunnerMetrics (reads the counters through the pool), the Prometheus server
@@ -39,6 +39,7 @@ from __future__ import annotations
 import copy
 import io
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,23 +48,38 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from unilab_gym.runtime.control import PROGRESS_NS, VERSION
+from unilab_gym.runtime.collector import CollectorSpec
+from unilab_gym.runtime.counters import (
+    BUDGET,
+    GRANTED,
+    LEARNING_STARTS,
+    PROGRESS_NS,
+    READY,
+    TRANSITIONS,
+    VERSION,
+    CounterTable,
+)
+from unilab_gym.runtime.errors import CollectorError
 
 if TYPE_CHECKING:
     from unilab_gym.runtime.collector import Writer
     from unilab_gym.runtime.normalization import Moments
 
+#: Least time a collector still starting (spawn or scheduling, imports, building its env) gets before it counts
+#: as hung, in s (``collector_timeout_s`` if larger): start-up took up to ~10 s on a loaded 2-core machine.
+START_TIMEOUT_S = 60.0
+
 
 class Counters(Protocol):
-    """The collectors' counters as the learner reads them (:class:`~unilab_gym.runtime.control.Control` is one).
+    """The collectors' counters as the learner reads them (a :class:`~unilab_gym.runtime.counters.CounterTable`).
 
     :ivar num_collectors: rows of the table.
     :ivar rows: int64 ``(num_collectors, ...)``: collector ``c``'s counters, fields as in
-        :mod:`unilab_gym.runtime.control` (``TRANSITIONS``, ``VERSION``, ``TERMINATED``,
+        :mod:`unilab_gym.runtime.counters` (``TRANSITIONS``, ``VERSION``, ``TERMINATED``,
         ``TRUNCATED``, ``STEP_CALLS``, ``ROLLOUTS``, ``READY``, and the heartbeat ``PROGRESS``,
         ``PROGRESS_NS``: loop iterations and the ``time.monotonic_ns()`` of the last one).
     :ivar metrics: float64 ``(num_collectors, ...)``: collector ``c``'s latency histograms
-        (``STEP_LATENCY``, ``WEIGHT_SYNC_LATENCY`` of :mod:`unilab_gym.runtime.control`).
+        (``STEP_LATENCY``, ``WEIGHT_SYNC_LATENCY`` of :mod:`unilab_gym.runtime.counters`).
     """
 
     num_collectors: int
@@ -180,6 +196,25 @@ class CollectorSetup:
         """Torch / numpy seed of collector ``index`` after ``restarts`` replacements."""
         return self.seed + index + restarts * self.num_collectors
 
+    def collector_spec(
+        self, index: int, restarts: int, *, policy: tuple[str, int] = ("", 0), parent_pid: int = 0
+    ) -> CollectorSpec:
+        """The :class:`~unilab_gym.runtime.collector.CollectorSpec` of collector ``index`` after ``restarts``
+        replacements: its seeds, writer and env arguments as above; ``policy`` and ``parent_pid`` as the pool
+        gives them (a process pool: its policy segment and its pid)."""
+        return CollectorSpec(
+            index=index,
+            num_envs=self.envs_per_collector,
+            env_seed=self.env_seed(index, restarts),
+            seed=self.torch_seed(index, restarts),
+            policy=policy,
+            writer=self.writers[index],
+            env_id=self.env_id,
+            env_fn=self.env_fn,
+            env_kwargs=self.collector_env_kwargs(index, restarts),
+            parent_pid=parent_pid,
+        )
+
 
 def check_env_count(n_envs: int, num_collectors: int, envs_per_collector: int, *, off_policy: bool) -> None:
     """Check that a model whose env has ``n_envs`` envs can be driven by ``num_collectors * envs_per_collector``.
@@ -268,6 +303,15 @@ class CollectorPool(ABC):
     Created with a :class:`CollectorSetup`; nothing runs until :meth:`start`. Every method is
     called from the learner's thread, except :attr:`counters`, :attr:`weight_version`,
     :attr:`faults` and :attr:`restarts`, which the metrics server also reads from its thread.
+
+    What every pool shares lives here (RLlib's ``FaultTolerantActorManager`` pattern): the learner signals
+    (written into :attr:`counters`), the fault and restart counts, :meth:`status`, hang detection
+    (:meth:`hung_collectors`) and the supervision of faults (:meth:`_supervise`: count each, raise it when no
+    restart is left, else replace the collector with a ``RuntimeWarning``). An implementation says how to
+    start, stop and locate one collector (:meth:`_locations`, :meth:`_retire`, :meth:`_respawn`).
+
+    Args:
+        setup: what the collectors run.
     """
 
     setup: CollectorSetup
@@ -275,6 +319,14 @@ class CollectorPool(ABC):
     #: they run only inside :meth:`wait`, so no fault can arise during a ``train()`` call and the
     #: off-policy loop trains what is due in one call instead of ~50 ms chunks (no timing in the schedule).
     runs_concurrently: bool = True
+    #: counter fields zeroed when a collector is replaced (it starts not ready and without weights).
+    replaced_fields: tuple[int, ...] = (READY, VERSION)
+
+    def __init__(self, setup: CollectorSetup):
+        self.setup = setup
+        self._closed = True  # until the implementation is fully constructed
+        self._restarts_of = [0] * setup.num_collectors  # per collector: how many times it was replaced
+        self._faults = self._restarts = 0
 
     @property
     def num_collectors(self) -> int:
@@ -322,17 +374,17 @@ class CollectorPool(ABC):
         return np.where(beats > 0, (time.monotonic_ns() - beats) / 1e9, 0.0)
 
     # ------------------------------------------------------------------ learner signals
-    @abstractmethod
     def set_budget(self, transitions: int) -> None:
         """Off-policy backpressure: collectors write transitions while their total is below ``transitions``."""
+        self.counters.globals[BUDGET] = transitions
 
-    @abstractmethod
     def set_learning_starts(self, transitions: int) -> None:
         """Off-policy: collectors act uniformly at random while their total is below ``transitions``."""
+        self.counters.globals[LEARNING_STARTS] = transitions
 
-    @abstractmethod
     def grant_rollouts(self, count: int) -> None:
         """On-policy: collectors may collect rollouts ``0 .. count - 1`` (a grant never shrinks)."""
+        self.counters.globals[GRANTED] = max(int(self.counters.globals[GRANTED]), count)
 
     # ------------------------------------------------------------------ faults, waiting, counters
     @abstractmethod
@@ -354,19 +406,92 @@ class CollectorPool(ABC):
 
     @property
     @abstractmethod
-    def counters(self) -> Counters:
-        """The collectors' counters (live: read them again to see progress)."""
+    def counters(self) -> CounterTable:
+        """The collectors' counters and the learner's signals (live: read them again to see progress)."""
 
     @property
-    @abstractmethod
     def faults(self) -> int:
         """Collector faults so far (raised or restarted)."""
+        return self._faults
 
     @property
-    @abstractmethod
     def restarts(self) -> int:
         """Collectors replaced after a fault so far."""
+        return self._restarts
 
-    @abstractmethod
     def status(self) -> list[CollectorStatus]:
         """One :class:`CollectorStatus` per collector (empty once closed)."""
+        if self._closed:
+            return []
+        rows = self.counters.rows.copy()
+        return [
+            CollectorStatus(
+                index=c,
+                node_id=node,
+                pid=pid,
+                env_steps=int(rows[c, TRANSITIONS]),
+                weight_version=int(rows[c, VERSION]),
+                restarts=self._restarts_of[c],
+            )
+            for c, (node, pid) in enumerate(self._locations())
+        ]
+
+    @abstractmethod
+    def _locations(self) -> list[tuple[str, int | None]]:
+        """``(node_id, pid)`` of each collector, for :meth:`status` (``pid`` ``None`` before it started)."""
+
+    # ------------------------------------------------------------------ supervision
+    def hung_collectors(self) -> dict[int, float]:
+        """The hung collectors: ``{index: seconds since its last heartbeat}`` of those past their limit.
+
+        The limit is ``setup.collector_timeout_s`` once a collector is ``READY`` (in its loop), and at least
+        :data:`START_TIMEOUT_S` while it starts.
+        """
+        since = self.seconds_since_progress()
+        timeout = self.setup.collector_timeout_s
+        limits = np.where(self.counters.rows[:, READY] > 0, timeout, max(timeout, START_TIMEOUT_S))
+        return {int(c): float(since[c]) for c in np.flatnonzero(since > limits)}
+
+    def _supervise(self, faults: dict[int, CollectorError]) -> None:
+        """Handle ``faults`` (collector index -> its error), in index order: each counts in :attr:`faults`; the
+        first one for which no restart is left (``setup.max_restarts``) is raised, the others replace their
+        collector (:meth:`_restart`).
+
+        Raises:
+            CollectorError: a collector failed and no restart is left.
+        """
+        for c, fault in sorted(faults.items()):
+            self._faults += 1
+            if self._restarts >= self.setup.max_restarts:
+                raise fault
+            self._restart(c, fault)
+
+    def _restart(self, c: int, fault: CollectorError) -> None:
+        """Replace collector ``c`` after ``fault``: stop what is left of it, warn, start a new one in its row.
+
+        The replacement gets the seeds of its restart count (see :class:`CollectorSetup`); its row's
+        :attr:`replaced_fields` are zeroed first.
+        """
+        self._retire(c)
+        self._restarts += 1
+        self._restarts_of[c] += 1
+        warnings.warn(
+            f"{self._restart_head(fault)}; restarting it ({self._restarts} of "
+            f"max_collector_restarts={self.setup.max_restarts})",
+            RuntimeWarning,
+            stacklevel=4,  # the caller of poll()
+        )
+        self.counters.reset_row(c, *self.replaced_fields)
+        self._respawn(c)
+
+    def _restart_head(self, fault: CollectorError) -> str:
+        """The first part of the restart warning: the fault's first line (it names the root cause)."""
+        return str(fault).split("\n\n--- collector")[0]
+
+    def _retire(self, c: int) -> None:
+        """Stop what is left of collector ``c`` before its replacement (a pool that restarts implements it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not restart collectors")
+
+    def _respawn(self, c: int) -> None:
+        """Start collector ``c``'s replacement (a pool that restarts implements it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not restart collectors")

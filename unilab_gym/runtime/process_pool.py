@@ -9,7 +9,7 @@
 
 What it holds: the collector processes and their pipes (episode stats and tracebacks come back
 through them), the weights they act with (:class:`~unilab_gym.runtime.weights.SharedWeights`),
-the counters and learner signals (:class:`~unilab_gym.runtime.control.Control`), and the
+the counters and learner signals (:class:`~unilab_gym.runtime.counters.SharedCounters`), and the
 policy module they load at start-up (a shared-memory segment, not the spawn payload: a large
 payload blocks ``Process.start()`` until the child reads it, forever if the child fails while
 bootstrapping). The writers write straight into the learner's replay / rollout storage.
@@ -22,35 +22,23 @@ import os
 import signal
 import socket
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
 
 import numpy as np
 
-from unilab_gym.runtime.collector import CollectorSpec, collector_main
-from unilab_gym.runtime.control import (
-    BUDGET,
-    GRANTED,
-    LEARNING_STARTS,
-    PROGRESS_NS,
-    READY,
-    STOP,
-    TRANSITIONS,
-    VERSION,
-    Control,
-)
+from unilab_gym.runtime.collector import collector_main
+from unilab_gym.runtime.counters import PROGRESS_NS, READY, SharedCounters
 from unilab_gym.runtime.errors import CollectorError, root_cause
-from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, CollectorStatus, Counters, Reports
+from unilab_gym.runtime.pool import START_TIMEOUT_S as START_TIMEOUT_S  # the pools' one limit, re-exported
+from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, Reports
 from unilab_gym.runtime.weights import SharedWeights
 from unilab_gym.shm import Segment
 
 #: Longest the learner waits for collectors to exit on close before terminating them, in s.
 JOIN_TIMEOUT_S = 3.0
-#: Least time a collector still starting (importing torch, building its env) gets before it counts as hung, in s
-#: (``collector_timeout_s`` if larger): start-up took up to ~10 s on a loaded 2-core machine.
-START_TIMEOUT_S = 60.0
 
 
 def _block_sigint() -> None:
@@ -80,18 +68,15 @@ class ProcessCollectorPool(CollectorPool):
     """
 
     def __init__(self, setup: CollectorSetup, start_method: str = "spawn"):
-        self.setup = setup
-        self._ctx: Any = mp.get_context(start_method)
-        self._closed = True  # until fully constructed
+        super().__init__(setup)
+        self._ctx: BaseContext = mp.get_context(start_method)
         self._weights = SharedWeights(setup.weights_size)
         try:
-            self._control = Control(setup.num_collectors)
+            self._control = SharedCounters(setup.num_collectors)
         except BaseException:
             self._weights.close()
             raise
-        self._restarts_of = [0] * setup.num_collectors  # per collector: how many times it was replaced
-        self._faults = self._restarts = 0
-        self._procs: list[Any] = []
+        self._procs: list[BaseProcess] = []
         self._conns: list[Connection] = []
         self._policy_segment: Segment | None = None
         self._starter: ThreadPoolExecutor | None = None  # the one thread that starts collectors, see _block_sigint
@@ -111,24 +96,17 @@ class ProcessCollectorPool(CollectorPool):
             self._procs.append(proc)
             self._conns.append(conn)
 
-    def _spawn(self, c: int) -> tuple[Any, Connection]:
+    def _spawn(self, c: int) -> tuple[BaseProcess, Connection]:
         """Start collector ``c`` (a replacement gets the seeds of its restart count, see ``CollectorSetup``)."""
-        setup, restarts = self.setup, self._restarts_of[c]
         assert self._policy_segment is not None
-        spec = CollectorSpec(
-            index=c,
-            num_envs=setup.envs_per_collector,
-            env_seed=setup.env_seed(c, restarts),
-            seed=setup.torch_seed(c, restarts),
+        spec = self.setup.collector_spec(
+            c,
+            self._restarts_of[c],
             policy=(self._policy_segment.name, self._policy_bytes),
-            writer=setup.writers[c],
-            env_id=setup.env_id,
-            env_fn=setup.env_fn,
-            env_kwargs=setup.collector_env_kwargs(c, restarts),
             parent_pid=os.getpid(),
         )
-        reader, writer = self._ctx.Pipe(duplex=False)
-        proc = self._ctx.Process(
+        reader, writer = self._ctx.Pipe(duplex=False)  # type: ignore[attr-defined]  # BaseContext's are dynamic
+        proc = self._ctx.Process(  # type: ignore[attr-defined]
             target=collector_main,
             args=(spec, self._weights.handle, self._control.handle, writer),
             name=f"unilab-collector-{c}",
@@ -154,7 +132,7 @@ class ProcessCollectorPool(CollectorPool):
         if self._closed:
             return
         self._closed = True
-        self._control.globals[STOP] = 1
+        self._control.stop()
         for proc, ready in zip(self._procs, self._control.rows[:, READY]):
             if not ready:  # still importing or building its env: nothing to finish, do not wait for it
                 proc.terminate()
@@ -180,7 +158,7 @@ class ProcessCollectorPool(CollectorPool):
         self._control.close()
         self._weights.close()
 
-    # ------------------------------------------------------------------ weights and signals
+    # ------------------------------------------------------------------ weights, counters, status
     def publish_weights(self, weights: np.ndarray) -> int:
         return self._weights.publish(weights)
 
@@ -188,59 +166,26 @@ class ProcessCollectorPool(CollectorPool):
     def weight_version(self) -> int:
         return self._weights.version
 
-    def set_budget(self, transitions: int) -> None:
-        self._control.globals[BUDGET] = transitions
-
-    def set_learning_starts(self, transitions: int) -> None:
-        self._control.globals[LEARNING_STARTS] = transitions
-
-    def grant_rollouts(self, count: int) -> None:
-        self._control.globals[GRANTED] = max(int(self._control.globals[GRANTED]), count)
-
-    # ------------------------------------------------------------------ faults, waiting, counters
     @property
-    def counters(self) -> Counters:
+    def counters(self) -> SharedCounters:
         return self._control
 
-    @property
-    def faults(self) -> int:
-        return self._faults
-
-    @property
-    def restarts(self) -> int:
-        return self._restarts
-
-    def status(self) -> list[CollectorStatus]:
-        if self._closed:
-            return []
-        rows, host = self._control.rows, socket.gethostname()
+    def _locations(self) -> list[tuple[str, int | None]]:
+        host = socket.gethostname()
         pids: list[int | None] = [p.pid for p in self._procs] or [None] * self.num_collectors
-        return [
-            CollectorStatus(
-                index=c,
-                node_id=host,
-                pid=pids[c],
-                env_steps=int(rows[c, TRANSITIONS]),
-                weight_version=int(rows[c, VERSION]),
-                restarts=self._restarts_of[c],
-            )
-            for c in range(self.num_collectors)
-        ]
+        return [(host, pid) for pid in pids]
 
+    # ------------------------------------------------------------------ faults and waiting
     def wait(self, timeout: float) -> None:
         wait(self._conns + [p.sentinel for p in self._procs], timeout=timeout)
 
     def poll(self) -> Reports:
         reports = Reports()
         ready = wait(self._conns + [p.sentinel for p in self._procs], timeout=0)
-        hung = np.zeros(self.num_collectors, bool)
-        since = np.zeros(self.num_collectors)
-        if self._procs:
-            since = self.seconds_since_progress()
-            timeout = self.setup.collector_timeout_s
-            hung = since > np.where(self._control.rows[:, READY] > 0, timeout, max(timeout, START_TIMEOUT_S))
-        if not ready and not hung.any():
+        hung = self.hung_collectors() if self._procs else {}
+        if not ready and not hung:
             return reports
+        faults: dict[int, CollectorError] = {}
         for c, (conn, proc) in enumerate(zip(self._conns, self._procs)):
             fault: CollectorError | None = None
             if conn in ready:
@@ -267,16 +212,14 @@ class ProcessCollectorPool(CollectorPool):
             if fault is None and (proc.sentinel in ready or not proc.is_alive()):
                 proc.join(0.1)
                 fault = self._death(c, proc)
-            if fault is None and hung[c]:
-                fault = self._hang(c, proc, float(since[c]))
+            if fault is None and c in hung:
+                fault = self._hang(c, proc, hung[c])
             if fault is not None:
-                self._faults += 1
-                if self._restarts >= self.setup.max_restarts:
-                    raise fault
-                self._restart(c, fault)
+                faults[c] = fault
+        self._supervise(faults)
         return reports
 
-    def _hang(self, c: int, proc: Any, since: float) -> CollectorError:
+    def _hang(self, c: int, proc: BaseProcess, since: float) -> CollectorError:
         """The error for collector ``c``, alive but without progress for ``since`` s; kills it (nothing to save)."""
         started = bool(self._control.rows[c, READY])
         message = (
@@ -291,7 +234,7 @@ class ProcessCollectorPool(CollectorPool):
             message, collector=c, pid=proc.pid, exitcode=proc.exitcode, traceback=None, seconds_since_progress=since
         )
 
-    def _death(self, c: int, proc: Any) -> CollectorError:
+    def _death(self, c: int, proc: BaseProcess) -> CollectorError:
         """The error for collector ``c``, which exited without reporting an exception."""
         code = proc.exitcode
         signalled = code is not None and code < 0
@@ -306,22 +249,14 @@ class ProcessCollectorPool(CollectorPool):
             )
         return CollectorError(message, collector=c, pid=proc.pid, exitcode=code, traceback=None)
 
-    def _restart(self, c: int, fault: CollectorError) -> None:
-        """Replace collector ``c`` after ``fault``: stop what is left of it, start a new one in its row."""
+    def _retire(self, c: int) -> None:
+        """Join what is left of collector ``c`` (killing it after ``JOIN_TIMEOUT_S``) and close its pipe."""
         proc = self._procs[c]
         proc.join(JOIN_TIMEOUT_S)
         if proc.is_alive():
             proc.kill()
             proc.join(1.0)
         self._conns[c].close()
-        self._restarts += 1
-        self._restarts_of[c] += 1
-        head = str(fault).split("\n\n--- collector")[0]  # its first line names the root cause
-        warnings.warn(
-            f"{head}; restarting it ({self._restarts} of max_collector_restarts={self.setup.max_restarts})",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        self._control.rows[c, READY] = 0
-        self._control.rows[c, VERSION] = 0
+
+    def _respawn(self, c: int) -> None:
         self._procs[c], self._conns[c] = self._spawn(c)

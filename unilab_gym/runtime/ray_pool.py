@@ -11,7 +11,7 @@
 The second implementation of :class:`~unilab_gym.runtime.pool.CollectorPool`, after
 :class:`~unilab_gym.runtime.process_pool.ProcessCollectorPool`. Each collector is a
 :class:`~unilab_gym.runtime.ray_collector.CollectorActor` running the family's writer into a
-stage in its own memory. The learner keeps a :class:`~unilab_gym.runtime.ray_collector.LocalControl`
+stage in its own memory. The learner keeps a :class:`~unilab_gym.runtime.counters.CounterTable`
 counters table that it updates from what the actors report, and :meth:`RayCollectorPool.poll`
 keeps at most :data:`~unilab_gym.runtime.ray_collector.MAX_IN_FLIGHT` ``exchange`` requests in
 flight per collector (RLlib's ``FaultTolerantActorManager`` design: ``ray.wait`` on the
@@ -34,13 +34,11 @@ import contextlib
 import os
 import socket
 import time
-import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from unilab_gym.runtime.collector import CollectorSpec
-from unilab_gym.runtime.control import (
+from unilab_gym.runtime.counters import (
     PROGRESS,
     PROGRESS_NS,
     READY,
@@ -50,22 +48,20 @@ from unilab_gym.runtime.control import (
     TRANSITIONS,
     TRUNCATED,
     VERSION,
+    CounterTable,
 )
 from unilab_gym.runtime.errors import CollectorError
 from unilab_gym.runtime.metrics import IngestStats
-from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, CollectorStatus, Counters, Reports
-from unilab_gym.runtime.ray_collector import (
-    MAX_IN_FLIGHT,
-    ROLLOUT_FIELDS,
-    CollectorActor,
-    LocalControl,
-    sweep_stale_stages,
-)
+from unilab_gym.runtime.pool import START_TIMEOUT_S as START_TIMEOUT_S  # the pools' one limit, re-exported
+from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, Reports
+from unilab_gym.runtime.ray_collector import MAX_IN_FLIGHT, ROLLOUT_FIELDS, CollectorActor, sweep_stale_stages
+
+if TYPE_CHECKING:
+    from unilab_gym.replay import ReplayStorage
+    from unilab_gym.runtime.rollout import RolloutStorage
 
 #: What ``backend="ray"`` needs when Ray is not installed.
 INSTALL_HINT = 'pip install "unilab-gym[ray]"'
-#: Least time a collector still starting (scheduling, imports, env) gets before it counts as hung, in s.
-START_TIMEOUT_S = 60.0
 #: Longest :meth:`RayCollectorPool.close` waits for actors to return from their loop before killing them, in s.
 JOIN_TIMEOUT_S = 3.0
 #: Counter fields an actor reports and the learner copies (each only grows during one actor's life).
@@ -122,9 +118,8 @@ class RayCollectorPool(CollectorPool):
         self._resources = dict(resources)
         if ray_address is not None and not isinstance(ray_address, str):
             raise ValueError(f"ray_address must be a str such as 'auto' or 'host:6379', or None, got {ray_address!r}")
-        self.setup = setup
+        super().__init__(setup)
         self._ray = ray
-        self._closed = True  # until fully constructed
         self._owns_ray = False
         if not ray.is_initialized():
             # address=None would let Ray join whatever RAY_ADDRESS or ray_current_cluster names
@@ -141,10 +136,7 @@ class RayCollectorPool(CollectorPool):
             options["resources"] = resources
         self._actor_class = ray.remote(max_restarts=0, max_task_retries=0)(CollectorActor).options(**options)
         n = setup.num_collectors
-        self._table = LocalControl(n)
-        self._restarts_of = [0] * n
-        self._faults = self._restarts = 0
-        self._budget = self._learning_starts = self._granted = 0
+        self._table = CounterTable(n)  # the learner's signals live in its globals, shipped with each request
         self._version = 0
         self._weights_ref: Any = None
         self._weights_nbytes = 0
@@ -162,8 +154,8 @@ class RayCollectorPool(CollectorPool):
         self._pid_of: list[int | None] = [None] * n
         self._host_of: list[str] = [""] * n
         self._result_nbytes = [0] * n
-        self._replay: Any = None
-        self._rollouts: Any = None
+        self._replay: ReplayStorage | None = None
+        self._rollouts: RolloutStorage | None = None
         #: transitions ingested into the learner's storage so far.
         self.ingested = 0
         #: learner wall-clock seconds spent in :meth:`poll` (taking answers in, copying them, issuing requests).
@@ -178,12 +170,10 @@ class RayCollectorPool(CollectorPool):
     def start(self) -> None:
         if self._actors:
             return
-        from unilab_gym.sb3.loops.off_policy import ReplayWriter
-
         self._policy_ref = self._ray.put(self.setup.policy_bytes())  # one copy in the object store for every actor
         self._worker = _split_get_worker(self._ray)
-        writer: Any = self.setup.writers[0]
-        if isinstance(writer, ReplayWriter):
+        writer: Any = self.setup.writers[0]  # its sink says which storage the actors' data goes into
+        if writer.sink == "replay":
             from unilab_gym.replay import ReplayStorage
 
             self._replay = ReplayStorage.attach(writer.replay)
@@ -199,20 +189,9 @@ class RayCollectorPool(CollectorPool):
 
     def _spawn(self, c: int) -> None:
         """Start the actor of collector ``c`` (a replacement gets the seeds of its restart count)."""
-        setup, restarts = self.setup, self._restarts_of[c]
-        spec = CollectorSpec(
-            index=c,
-            num_envs=setup.envs_per_collector,
-            env_seed=setup.env_seed(c, restarts),
-            seed=setup.torch_seed(c, restarts),
-            policy=("", 0),
-            writer=setup.writers[c],
-            env_id=setup.env_id,
-            env_fn=setup.env_fn,
-            env_kwargs=setup.collector_env_kwargs(c, restarts),
-        )
+        spec = self.setup.collector_spec(c, self._restarts_of[c])
         row = self._table.rows[c].copy()
-        actor = self._actor_class.remote(spec, self._policy_ref, row, self.num_collectors, setup.weights_size)
+        actor = self._actor_class.remote(spec, self._policy_ref, row, self.num_collectors, self.setup.weights_size)
         self._actors[c] = actor
         self._run_refs[c] = actor.run.remote()
         self._next_seq[c] = self._next_ingest[c] = 0
@@ -266,27 +245,10 @@ class RayCollectorPool(CollectorPool):
     def weight_version(self) -> int:
         return self._version
 
-    def set_budget(self, transitions: int) -> None:
-        self._budget = int(transitions)
-
-    def set_learning_starts(self, transitions: int) -> None:
-        self._learning_starts = int(transitions)
-
-    def grant_rollouts(self, count: int) -> None:
-        self._granted = max(self._granted, int(count))
-
     # ------------------------------------------------------------------ counters and status
     @property
-    def counters(self) -> Counters:
+    def counters(self) -> CounterTable:
         return self._table
-
-    @property
-    def faults(self) -> int:
-        return self._faults
-
-    @property
-    def restarts(self) -> int:
-        return self._restarts
 
     @property
     def bytes_in_flight(self) -> int:
@@ -296,21 +258,8 @@ class RayCollectorPool(CollectorPool):
             counts[c] += 1
         return int(sum(k * b for k, b in zip(counts, self._result_nbytes)))
 
-    def status(self) -> list[CollectorStatus]:
-        if self._closed:
-            return []
-        rows = self._table.rows.copy()
-        return [
-            CollectorStatus(
-                index=c,
-                node_id=self._node_of[c],
-                pid=self._pid_of[c],
-                env_steps=int(rows[c, TRANSITIONS]),
-                weight_version=int(rows[c, VERSION]),
-                restarts=self._restarts_of[c],
-            )
-            for c in range(self.num_collectors)
-        ]
+    def _locations(self) -> list[tuple[str, int | None]]:
+        return list(zip(self._node_of, self._pid_of))
 
     # ------------------------------------------------------------------ exchanges
     def _top_up(self) -> None:
@@ -318,7 +267,7 @@ class RayCollectorPool(CollectorPool):
         if not self._actors:
             return
         totals = self._table.rows[:, TRANSITIONS].copy()
-        signals = (self._budget, self._learning_starts, self._granted)
+        signals = self._table.signals()
         pending = [0] * self.num_collectors
         for c, _, _ in self._in_flight.values():
             pending[c] += 1
@@ -418,29 +367,22 @@ class RayCollectorPool(CollectorPool):
                 else:
                     faults[c] = self._error(c, "returned from its loop without being stopped")
         stats.lap("poll")  # the actors' loops: ray.wait on each run ref
-        since = self.seconds_since_progress()
         timeout = self.setup.collector_timeout_s
-        limits = np.where(self._table.rows[:, READY] > 0, timeout, max(timeout, START_TIMEOUT_S))
-        for hung in np.flatnonzero(since > limits):
-            c = int(hung)
+        for c, since in self.hung_collectors().items():
             if c not in faults:
                 started = bool(self._table.rows[c, READY])
                 faults[c] = self._error(
                     c,
-                    f"made no progress for {since[c]:.1f} s (collector_timeout_s={timeout:g}) "
+                    f"made no progress for {since:.1f} s (collector_timeout_s={timeout:g}) "
                     + (
                         f"while starting (does a node have free collector_resources {self._resources}?)"
                         if not started
                         else "in its loop: it is hung, or its node is unreachable"
                     )
                     + "; killed it",
-                    seconds_since_progress=float(since[c]),
+                    seconds_since_progress=since,
                 )
-        for c, fault in sorted(faults.items()):
-            self._faults += 1
-            if self._restarts >= self.setup.max_restarts:
-                raise fault
-            self._restart(c, fault)
+        self._supervise(faults)
         stats.lap("bookkeeping")
         self._top_up()
         stats.lap("request")
@@ -485,6 +427,7 @@ class RayCollectorPool(CollectorPool):
         """Copy ``rows`` ((n, width) float32) into a reservation of the learner's replay; count them.
         Returns ``(bytes, transitions)``."""
         storage, n = self._replay, len(rows)
+        assert storage is not None, "ingesting rows into a pool of the rollout sink"
         res = storage.reserve(n)
         block = storage.block
         for r0, r1, s0, s1 in res.pieces:
@@ -500,6 +443,7 @@ class RayCollectorPool(CollectorPool):
         from unilab_gym.runtime.rollout import SLOTS
 
         storage, k = self._rollouts, int(data["rollout"])
+        assert storage is not None, "ingesting a rollout into a pool of the replay sink"
         slot, e = k % SLOTS, self.setup.envs_per_collector
         cols = slice(c * e, (c + 1) * e)
         nbytes = 0
@@ -554,24 +498,24 @@ class RayCollectorPool(CollectorPool):
             traceback=None,
         )
 
-    def _restart(self, c: int, fault: CollectorError) -> None:
-        """Replace collector ``c`` after ``fault`` with a new actor, wherever its resources are free."""
+    #: a replaced actor also starts its heartbeat count again (its reports are compared with the last seen).
+    replaced_fields = (READY, VERSION, PROGRESS)
+
+    def _retire(self, c: int) -> None:
+        """Kill collector ``c``'s actor; results of its requests still in flight are dropped (new generation)."""
         with contextlib.suppress(Exception):
             self._ray.kill(self._actors[c], no_restart=True)
-        self._restarts += 1
-        self._restarts_of[c] += 1
         self._generation[c] += 1
-        head = str(fault).split("\n\n--- collector")[0]
+
+    def _restart_head(self, fault: CollectorError) -> str:
+        """The fault's first line, and its traceback's last (the remote exception) if it has one."""
+        head = super()._restart_head(fault)
         if fault.traceback:
             head += ": " + fault.traceback.strip().splitlines()[-1]
-        warnings.warn(
-            f"{head}; restarting it ({self._restarts} of max_collector_restarts={self.setup.max_restarts})",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        self._table.rows[c, READY] = 0
-        self._table.rows[c, VERSION] = 0
-        self._table.rows[c, PROGRESS] = 0
+        return head
+
+    def _respawn(self, c: int) -> None:
+        """A new actor for collector ``c``, wherever its resources are free."""
         self._spawn(c)
 
 

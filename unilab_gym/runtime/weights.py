@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -167,3 +167,58 @@ class SharedWeights:
         self._header = None  # type: ignore[assignment]
         self._buffers = []
         self._segment.close()
+
+
+class WeightsReader(Protocol):
+    """What a collector reads its weights through: :class:`SharedWeights` (processes) or :class:`LocalWeights`.
+
+    :ivar size: float32 values of one version.
+    :ivar read_published_ns: ``time.monotonic_ns()`` at which the version last read was published (or arrived).
+    """
+
+    size: int
+    read_published_ns: int
+
+    @property
+    def version(self) -> int:
+        """Newest version held (0: none yet)."""
+        ...
+
+    def read(self, out: np.ndarray) -> int:
+        """Copy the newest version into ``out`` ((size,) float32); return that version."""
+        ...
+
+
+class LocalWeights:
+    """The reading side of :class:`SharedWeights` in one process: versions are handed to :meth:`offer`.
+
+    A Ray actor is offered each version by the learner's exchange requests, the inline pool by its
+    ``publish_weights``. ``read_published_ns`` is this process's ``time.monotonic_ns()`` when the version
+    arrived (clocks of two machines do not compare), so the weight-sync latency is arrival to use.
+
+    Args:
+        size: float32 values of one version.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self._latest: tuple[int, np.ndarray | None, int] = (0, None, 0)
+        self.read_published_ns = 0
+
+    @property
+    def version(self) -> int:
+        """Newest version offered (0: none yet)."""
+        return self._latest[0]
+
+    def offer(self, version: int, values: np.ndarray) -> None:
+        """Keep ``values`` ((size,) float32) as ``version`` if it is newer than what is held."""
+        if version > self._latest[0]:
+            self._latest = (version, values, time.monotonic_ns())
+
+    def read(self, out: np.ndarray) -> int:
+        """Copy the newest version into ``out`` (left as is before the first); return that version."""
+        version, values, arrived = self._latest  # one tuple: never torn
+        if values is not None:
+            out[:] = values
+        self.read_published_ns = arrived
+        return version

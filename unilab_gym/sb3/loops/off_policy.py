@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -59,6 +59,8 @@ class ReplayWriter:
     SAME_STEP stores ``final_obs`` as the next obs of a finished episode.
     """
 
+    #: where this writer writes (:attr:`~unilab_gym.runtime.collector.Writer.sink`).
+    sink: ClassVar[Literal["replay"]] = "replay"
     replay: ReplayHandle
     algo: str
     action_noise: Any = None

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
@@ -76,6 +76,8 @@ if TYPE_CHECKING:
 class RolloutWriter:
     """Collector side: collect granted rollouts with the policy, write them into env columns ``column ..``."""
 
+    #: where this writer writes (:attr:`~unilab_gym.runtime.collector.Writer.sink`).
+    sink: ClassVar[Literal["rollout"]] = "rollout"
     rollouts: RolloutHandle
     column: int
     gamma: float
