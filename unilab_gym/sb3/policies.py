@@ -48,6 +48,7 @@ class KeyExtractor(BaseFeaturesExtractor):
     """
 
     def __init__(self, observation_space: spaces.Space, key: str = ACTOR_KEY):
+        """Check that ``observation_space`` holds ``key`` (arguments: see the class docstring)."""
         sub = _subspace(observation_space, key)
         super().__init__(observation_space, get_flattened_obs_dim(sub))
         self.key = key
@@ -88,7 +89,9 @@ class _PredictAnyObs:
             observation: a dict of arrays (every key of the observation space), or one array: the actor's
                 observation, ``(*shape)`` or ``(batch, *shape)`` (e.g. ``(48,)`` / ``(n, 48)`` float32). The other
                 keys are then filled with zeros, which the actor never reads.
-            state, episode_start, deterministic: as SB3's ``BasePolicy.predict``.
+            state: as SB3's ``BasePolicy.predict``.
+            episode_start: as SB3's ``BasePolicy.predict``.
+            deterministic: as SB3's ``BasePolicy.predict``.
 
         Returns:
             ``(actions, state)`` as SB3 returns them.
@@ -146,6 +149,7 @@ class AsymmetricSACPolicy(_PredictAnyObs, SACPolicy):
         critic_key: str = CRITIC_KEY,
         **kwargs: Any,
     ):
+        """Check the keys and options, then build the ``SACPolicy`` (arguments: see the class docstring)."""
         _check_kwargs(observation_space, actor_key, critic_key, kwargs)
         self.actor_key, self.critic_key = actor_key, critic_key
         kwargs["features_extractor_class"] = KeyExtractor
@@ -192,6 +196,7 @@ class AsymmetricActorCriticPolicy(_PredictAnyObs, ActorCriticPolicy):
         critic_key: str = CRITIC_KEY,
         **kwargs: Any,
     ):
+        """Check the keys and options, then build the ``ActorCriticPolicy`` (arguments: see the class docstring)."""
         _check_kwargs(observation_space, actor_key, critic_key, kwargs)
         self.actor_key, self.critic_key = actor_key, critic_key
         kwargs["features_extractor_class"] = KeyExtractor

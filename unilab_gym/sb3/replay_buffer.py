@@ -64,8 +64,10 @@ UNSAVED_MODEL_PARAMS = ("replay_buffer_class", "replay_buffer_kwargs", "optimize
 
 
 class _ExcludedSaveParams:
-    """``model._excluded_save_params`` of a model with a SharedReplayBuffer: a fixed list (SB3's own
-    for the model's class, plus :data:`UNSAVED_MODEL_PARAMS`). Holds no reference to the model."""
+    """``model._excluded_save_params`` of a model with a SharedReplayBuffer: a fixed list.
+
+    SB3's own list for the model's class, plus :data:`UNSAVED_MODEL_PARAMS`. Holds no reference to the model.
+    """
 
     def __init__(self, names: list[str]) -> None:
         self.names = tuple(dict.fromkeys(names))
@@ -75,9 +77,11 @@ class _ExcludedSaveParams:
 
 
 def _algorithm_building(frame: Any) -> Any:
-    """The SB3 algorithm whose ``_setup_model`` calls the constructor running in ``frame`` (its
-    caller, or a few frames up through subclasses' ``__init__``), if it is building its
-    ``replay_buffer_class`` buffer; else ``None``."""
+    """The SB3 algorithm building its ``replay_buffer_class`` buffer with the constructor in ``frame``, or ``None``.
+
+    The algorithm's ``_setup_model`` calls that constructor: it is ``frame``'s caller, or a few frames up through
+    subclasses' ``__init__``.
+    """
     from stable_baselines3.common.base_class import BaseAlgorithm
 
     frame = frame.f_back
@@ -101,9 +105,11 @@ def _save_as_plain_sb3(model: Any) -> None:
 
 
 def _seed_from_global_state() -> np.random.SeedSequence:
-    """A seed derived from numpy's global RNG state *without advancing it*: SB3's ``seed=``
-    (which seeds numpy before building the buffer) fixes our sampling stream, and the rest of
-    SB3 sees the same global random stream as with its own buffer."""
+    """A seed derived from numpy's global RNG state *without advancing it*.
+
+    SB3's ``seed=`` (which seeds numpy before building the buffer) fixes our sampling stream, and the rest of
+    SB3 sees the same global random stream as with its own buffer.
+    """
     mt19937 = np.random.get_state(legacy=False)["state"]
     return np.random.SeedSequence([int(mt19937["pos"]), *mt19937["key"].tolist()])
 
@@ -235,6 +241,7 @@ class SharedReplayBuffer(ReplayBuffer):
         status_weights: Mapping[str, float] | None = None,
         _attach: tuple[ReplayHandle, bool] | None = None,
     ) -> None:
+        """Check the spaces and options and create the shared storage (arguments: see the class docstring)."""
         self.status_weights = check_status_weights(status_weights)
         _check_observation_space(observation_space)
         _check_action_space(action_space)
@@ -405,16 +412,20 @@ class SharedReplayBuffer(ReplayBuffer):
 
     @property
     def observations(self) -> np.ndarray | dict[str, np.ndarray]:  # type: ignore[override]
-        """SB3's ``observations``: ``(buffer_size, n_envs, *obs_shape)`` in the space's dtype, a view
-        of the shared block (``[pos, env]`` is row ``pos * n_envs + env``); a dict of such views,
-        one per key, for a Dict space. Writes go to the shared block."""
+        """SB3's ``observations``: a ``(buffer_size, n_envs, *obs_shape)`` view of the shared block.
+
+        In the space's dtype; ``[pos, env]`` is row ``pos * n_envs + env``; a dict of such views, one per key, for a
+        Dict space. Writes go to the shared block.
+        """
         return self._obs_view("obs")
 
     @property
     def next_observations(self) -> np.ndarray | dict[str, np.ndarray] | None:  # type: ignore[override]
-        """SB3's ``next_observations``: as :attr:`observations`, for the next observation (at an
-        episode end, the episode's final observation). ``None`` with ``optimize_memory_usage``,
-        as SB3 (the next observations are the successor rows and the side table)."""
+        """SB3's ``next_observations``: as :attr:`observations`, for the next observation.
+
+        At an episode end, the episode's final observation. ``None`` with ``optimize_memory_usage``, as SB3 (the next
+        observations are the successor rows and the side table).
+        """
         if self.optimize_memory_usage:
             return None
         return self._obs_view("next_obs")
@@ -431,19 +442,23 @@ class SharedReplayBuffer(ReplayBuffer):
 
     @property
     def timeouts(self) -> np.ndarray:  # type: ignore[override]
-        """SB3's ``timeouts``: ``(buffer_size, n_envs)`` float32, 1.0 where an episode ended on its
-        time limit; a view of the ``truncated`` field. With ``handle_timeout_termination=False``,
-        SB3 records no timeouts: a zero array (a copy)."""
+        """SB3's ``timeouts``: ``(buffer_size, n_envs)`` float32, 1.0 where an episode ended on its time limit.
+
+        A view of the ``truncated`` field. With ``handle_timeout_termination=False``, SB3 records no timeouts: a zero
+        array (a copy).
+        """
         if not self.handle_timeout_termination:
             return np.zeros((self.buffer_size, self.n_envs), np.float32)
         return self._steps_view("truncated")
 
     @property
     def dones(self) -> np.ndarray:  # type: ignore[override]
-        """SB3's ``dones``: ``(buffer_size, n_envs)`` float32, 1.0 where an episode ended (terminated
-        or truncated). The block stores SB3's bootstrap cut ``done * (1 - timeout)`` and the
-        time-limit flag, so this is computed from those two views: a copy (SB3's optimized-memory
-        ``learn`` marks the last step done in it; our rows need no such mark)."""
+        """SB3's ``dones``: ``(buffer_size, n_envs)`` float32, 1.0 where an episode ended (terminated or truncated).
+
+        The block stores SB3's bootstrap cut ``done * (1 - timeout)`` and the time-limit flag, so this is computed
+        from those two views: a copy (SB3's optimized-memory ``learn`` marks the last step done in it; our rows need
+        no such mark).
+        """
         return np.maximum(self._steps_view("terminated"), self._steps_view("truncated"))
 
     # ---- SB3 state: derived from the shared committed counter ------------------------------------
@@ -683,8 +698,9 @@ class SharedReplayBuffer(ReplayBuffer):
     def _get_samples(  # type: ignore[override]
         self, batch_inds: np.ndarray, env: VecNormalize | None = None
     ) -> ReplayBufferSamples | DictReplayBufferSamples:
-        """SB3's hook: transitions ``[batch_inds, env_indices]`` with ``env_indices`` drawn from
-        numpy's global RNG exactly as SB3 does.
+        """SB3's hook: transitions ``[batch_inds, env_indices]``.
+
+        ``env_indices`` are drawn from numpy's global RNG exactly as SB3 does.
 
         Raises:
             ValueError: if a requested slot holds no committed transition.
@@ -708,6 +724,11 @@ class SharedReplayBuffer(ReplayBuffer):
 
     # ---- pickling: a plain copy ----------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
+        """A picklable copy: the transitions themselves (``storage.to_state()``) instead of the shared segment.
+
+        Raises:
+            ValueError: the buffer is closed.
+        """
         state = self.__dict__.copy()
         storage = state.pop("_storage")
         if storage is None or storage.closed:
@@ -752,6 +773,7 @@ class SharedReplayBuffer(ReplayBuffer):
         self._storage = storage
 
     def __repr__(self) -> str:
+        """``SharedReplayBuffer(buffer_size=..., n_envs=..., size=... or closed, storage=...)``."""
         size = "closed" if self._storage is None or self._storage.closed else f"size={self.size()}"
         return (
             f"SharedReplayBuffer(buffer_size={self.buffer_size}, n_envs={self.n_envs}, {size}, "

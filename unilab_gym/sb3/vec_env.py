@@ -74,6 +74,7 @@ class SB3VecEnv(VecEnv):
     """
 
     def __init__(self, venv: UniLabVectorEnv):
+        """Check ``venv`` and wrap it (arguments and errors: see the class docstring)."""
         if not isinstance(venv, UniLabVectorEnv):
             raise TypeError(
                 f"SB3VecEnv wraps a UniLabVectorEnv, got {type(venv).__name__}; for other envs use "

@@ -95,6 +95,7 @@ class SharedVectorReplayBuffer(VectorReplayBuffer):
         act_dim: int | None = None,
         **kwargs: Any,
     ) -> None:
+        """Check the options; allocate now if ``obs_shape`` and ``act_dim`` are given (see the class docstring)."""
         for key, default in self._UNSUPPORTED.items():
             if key in kwargs and kwargs[key] != default:
                 raise ValueError(
@@ -360,8 +361,11 @@ _BUFFER_KEYS = (
 
 
 def _checksummed(state: dict[str, Any]) -> list[Any]:
-    """The parts of a ``SharedVectorReplayBuffer`` state its checksum covers: sizes, counters and
-    every numeric array of ``_meta`` (``info`` / ``policy`` hold Python objects and are not covered)."""
+    """The parts of a ``SharedVectorReplayBuffer`` state its checksum covers.
+
+    Sizes, counters and every numeric array of ``_meta`` (``info`` / ``policy`` hold Python objects and are not
+    covered).
+    """
     meta = state["_meta"]
     parts: list[Any] = [
         state["maxsize"],

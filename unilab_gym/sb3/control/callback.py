@@ -44,6 +44,7 @@ class ControlCallback(BaseCallback):
         snapshot_on_change: bool = False,
         verbose: int = 0,
     ):
+        """Start the server unless ``port`` is ``None`` (arguments: see the class docstring)."""
         super().__init__(verbose)
         if port is not None:
             _require()
@@ -93,8 +94,10 @@ class ControlCallback(BaseCallback):
 
     @property
     def control_token_path(self) -> Path | None:
-        """The token file (``<run dir>/control_token``, or ``control_token-<run id>`` if another live run holds
-        that name), or ``None`` (no server, or closed)."""
+        """The token file, or ``None`` (no server, or closed).
+
+        ``<run dir>/control_token``, or ``control_token-<run id>`` if another live run holds that name.
+        """
         return self._server.token_path if self._server is not None else None
 
     @property
@@ -135,12 +138,15 @@ class ControlCallback(BaseCallback):
             self._controller.close()
 
     def __enter__(self) -> ControlCallback:
+        """Return the callback itself."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the callback (see :meth:`close`)."""
         self.close()
 
     def __del__(self) -> None:
+        """Close the server if it is still open."""
         if getattr(self, "_server", None) is not None:
             self.close()
 

@@ -63,6 +63,7 @@ class Controller:
         after_restore: Callable[[], None] | None = None,
         status: Callable[[], dict[str, Any]] | None = None,
     ):
+        """Check the arguments and set up the hyperparameters and the snapshot store (see the class docstring)."""
         if not isinstance(snapshot_on_change, bool):
             raise ValueError(f"snapshot_on_change must be a bool, got {snapshot_on_change!r}")
         self.model = model

@@ -54,6 +54,7 @@ class HyperparameterError(ValueError):
     """A bad hyperparameter name or value (a ``ValueError``); :attr:`field` names it."""
 
     def __init__(self, field: str, message: str):
+        """An error about hyperparameter ``field``, with ``message``."""
         super().__init__(message)
         #: the hyperparameter's name as given.
         self.field = field
@@ -253,7 +254,8 @@ def _set_clip_range(t: Target, value: float) -> None:
 def replay_capacity(model: Any) -> int | None:
     """Transitions the model's replay holds (``buffer_size * n_envs``, SB3's and ``SharedReplayBuffer``'s).
 
-    ``None`` without a replay buffer."""
+    ``None`` without a replay buffer.
+    """
     buffer = getattr(model, "replay_buffer", None)
     if buffer is None:
         return None
@@ -489,6 +491,7 @@ class Hyperparameters:
     """
 
     def __init__(self, model: Any, loop: Any = None):
+        """Find the hyperparameters ``model`` (and ``loop``) take (arguments: see the class docstring)."""
         self._target = Target(model, loop)
         self._live = [h for h in HYPERPARAMETERS if h.live(self._target)]
 

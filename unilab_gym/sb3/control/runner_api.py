@@ -100,7 +100,8 @@ class RunnerControl:
     def replay_ratio(self) -> float | None:
         """Off-policy: gradient steps per transition (live: ``set_hyperparameters(replay_ratio=...)``).
 
-        ``None`` on-policy."""
+        ``None`` on-policy.
+        """
         ratio = getattr(self._loop, "replay_ratio", None)
         return None if ratio is None else float(ratio)
 
@@ -113,19 +114,25 @@ class RunnerControl:
     def control_url(self) -> str | None:
         """``http://<addr>:<port>`` of the control API (routes under ``/api/v1``).
 
-        ``None`` without ``control_port``, or once closed."""
+        ``None`` without ``control_port``, or once closed.
+        """
         return self._control_server.url if self._control_server is not None else None
 
     @property
     def control_token_path(self) -> Path | None:
-        """The token file (mode 0600): ``control_token`` in the run's directory, or ``control_token-<run id>``
-        if another live run holds that name. ``None`` without ``control_port``, or once closed."""
+        """The token file (mode 0600).
+
+        ``control_token`` in the run's directory, or ``control_token-<run id>`` if another live run holds that
+        name. ``None`` without ``control_port``, or once closed.
+        """
         return self._control_server.token_path if self._control_server is not None else None
 
     @property
     def control_token(self) -> str | None:
-        """The API's bearer token: ``$UNILAB_CONTROL_TOKEN`` if set, else random; also written, mode 0600,
-        to ``control_token`` in the run's directory. ``None`` without ``control_port``."""
+        """The API's bearer token: ``$UNILAB_CONTROL_TOKEN`` if set, else random.
+
+        Also written, mode 0600, to ``control_token`` in the run's directory. ``None`` without ``control_port``.
+        """
         return self._control_server.token if self._control_server is not None else None
 
     def set_hyperparameters(self, **values: Any) -> dict[str, Any]:
@@ -155,15 +162,25 @@ class RunnerControl:
         return self._controller.hyperparameters()
 
     def hyperparameter_history(self) -> list[dict[str, Any]]:
-        """One dict per change, oldest first: ``time`` (Unix s), ``num_timesteps``, ``name``, ``old``, ``new``,
-        ``source`` (``"python"`` or ``"http"``)."""
+        """The hyperparameter changes, one dict per change, oldest first.
+
+        Keys: ``time`` (Unix s), ``num_timesteps``, ``name``, ``old``, ``new``, ``source`` (``"python"`` or
+        ``"http"``).
+        """
         return self._controller.hyperparameter_history()
 
     def snapshot(self, include_replay: bool = False) -> str:
-        """Save the policy, optimizers, hyperparameters and counters (``model.save``, an ordinary SB3 zip),
-        plus the replay if asked (SB3's ``save_replay_buffer``) and ``VecNormalize`` statistics, in
-        ``snapshot_dir``; return its id, ``<run id>-<n>-t<num_timesteps>`` (unique to this run: files
-        are never overwritten, also when several runs share ``snapshot_dir``).
+        """Save a snapshot of the learner in ``snapshot_dir``; return its id.
+
+        The policy, optimizers, hyperparameters and counters (``model.save``, an ordinary SB3 zip), plus the replay
+        if asked (SB3's ``save_replay_buffer``) and ``VecNormalize`` statistics.
+
+        Args:
+            include_replay: also save the replay.
+
+        Returns:
+            The snapshot's id, ``<run id>-<n>-t<num_timesteps>`` (unique to this run: files are never overwritten,
+            also when several runs share ``snapshot_dir``).
 
         Raises:
             ValueError: ``include_replay`` is not a bool, or the model has no replay.
@@ -171,14 +188,17 @@ class RunnerControl:
         return self._controller.snapshot(include_replay)
 
     def snapshots(self) -> list[dict[str, Any]]:
-        """The snapshots taken, oldest first: ``id``, ``time`` (Unix s), ``num_timesteps``, ``hyperparameters``,
-        ``bytes`` (files on disk), ``include_replay``, ``path``, ``run_id``, ``files``, ``sha256``
-        (``{file name: hex digest}``)."""
+        """The snapshots taken, oldest first.
+
+        Keys: ``id``, ``time`` (Unix s), ``num_timesteps``, ``hyperparameters``, ``bytes`` (files on disk),
+        ``include_replay``, ``path``, ``run_id``, ``files``, ``sha256`` (``{file name: hex digest}``).
+        """
         return self._controller.snapshots()
 
     def restore(self, snapshot_id: str) -> dict[str, Any]:
-        """Roll the learner back to snapshot ``snapshot_id``: weights and optimizer states bit for bit, then
-        the hyperparameters; return the hyperparameters in force.
+        """Roll the learner back to snapshot ``snapshot_id``; return the hyperparameters in force.
+
+        Weights and optimizer states are restored bit for bit, then the hyperparameters.
 
         Collectors keep running and get the restored weights as a new version. ``num_timesteps``
         keeps counting. A snapshot's replay (``include_replay=True``) is copied back into the model's

@@ -58,6 +58,7 @@ class SnapshotIntegrityError(ValueError):
     """
 
     def __init__(self, path: Path, message: str):
+        """An error about snapshot file ``path``, with ``message``."""
         super().__init__(message)
         self.path = path
         self.field = "id"
@@ -220,6 +221,7 @@ class SnapshotStore:
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None):
+        """Start an empty store with a new run id; nothing is created yet (arguments: see the class docstring)."""
         self._requested = None if directory is None else Path(directory)
         self._dir: Path | None = None
         self._records: dict[str, dict[str, Any]] = {}
@@ -413,9 +415,10 @@ class SnapshotStore:
         return prepared
 
     def apply(self, model: Any, prepared: PreparedRestore) -> None:
-        """Load a snapshot from :meth:`prepare` into ``model``: weights, optimizer states, SB3 tensors,
-        statistics, then the replay. All or nothing: if a step fails, the earlier ones are undone
-        (from copies taken first) and the error is raised.
+        """Load a snapshot from :meth:`prepare` into ``model``.
+
+        Weights, optimizer states, SB3 tensors, statistics, then the replay. All or nothing: if a step fails, the
+        earlier ones are undone (from copies taken first) and the error is raised.
 
         With a ``SharedReplayBuffer`` the replay is loaded in place
         (:meth:`~unilab_gym.replay.ReplayStorage.load_state`: the segment collectors write into stays,

@@ -68,6 +68,7 @@ class ReplayWriter:
     normalization: NormalizationSpec | None = None
 
     def run(self, c: Collector) -> None:
+        """Step ``c``'s env with the actor and add every transition to the shared replay, until ``c`` stops."""
         import torch
         from stable_baselines3.common.noise import VectorizedActionNoise
 
@@ -145,6 +146,15 @@ class ReplayWriter:
 class OffPolicyLoop(LearnerLoop):
     """Learner side for SB3 ``SAC`` / ``TD3`` / ``DDPG`` (see the module docstring).
 
+    Args:
+        model: the SB3 model; its replay buffer must be a ``SharedReplayBuffer``.
+        num_collectors: collectors writing into the replay.
+        envs_per_collector: envs of each collector.
+        max_policy_lag: most weight versions a collector may act behind the learner, an int >= 1;
+            ``None``: :data:`DEFAULT_MAX_POLICY_LAG`.
+        replay_ratio: gradient steps per transition collected, >= 0; ``None``: the model's
+            ``gradient_steps / (train_freq * n_envs)`` (1.0 with ``gradient_steps=-1``).
+
     Raises:
         ValueError: gSDE, a replay buffer that is not a ``SharedReplayBuffer``, a capacity
             smaller than ``learning_starts``, an episode-based ``train_freq``, a bad
@@ -161,6 +171,7 @@ class OffPolicyLoop(LearnerLoop):
         max_policy_lag: int | None,
         replay_ratio: float | None,
     ):
+        """Check the model and the arguments (see the class docstring)."""
         from stable_baselines3 import SAC, TD3
         from stable_baselines3.common.buffers import ReplayBuffer
         from stable_baselines3.common.type_aliases import TrainFrequencyUnit
@@ -216,6 +227,7 @@ class OffPolicyLoop(LearnerLoop):
         self._rebase = True
 
     def writer(self, index: int) -> ReplayWriter:
+        """A :class:`ReplayWriter` into the model's shared replay (the same for every collector ``index``)."""
         return ReplayWriter(
             self.model.replay_buffer.handle,
             self.algo,

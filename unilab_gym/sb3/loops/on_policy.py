@@ -85,6 +85,7 @@ class RolloutWriter:
     normalization: NormalizationSpec | None = None
 
     def run(self, c: Collector) -> None:
+        """Collect each granted rollout with the policy into this writer's env columns, until ``c`` stops."""
         import torch
 
         env, policy, row, norm = c.env, c.policy, c.row, c.normalizer
@@ -184,6 +185,7 @@ class RunnerRolloutBuffer(RolloutBuffer):
     between_batches: Callable[[], None] | None = None
 
     def get(self, batch_size: int | None = None) -> Generator[RolloutBufferSamples, None, None]:
+        """SB3's minibatches of ``batch_size``, calling ``between_batches()`` before each is yielded."""
         for batch in super().get(batch_size):
             if self.between_batches is not None:
                 self.between_batches()
@@ -196,6 +198,7 @@ class RunnerDictRolloutBuffer(DictRolloutBuffer):
     between_batches: Callable[[], None] | None = None
 
     def get(self, batch_size: int | None = None) -> Generator[DictRolloutBufferSamples, None, None]:  # type: ignore[override]
+        """SB3's minibatches of ``batch_size``, calling ``between_batches()`` before each is yielded."""
         for batch in super().get(batch_size):
             if self.between_batches is not None:
                 self.between_batches()
@@ -204,6 +207,13 @@ class RunnerDictRolloutBuffer(DictRolloutBuffer):
 
 class OnPolicyLoop(LearnerLoop):
     """Learner side for SB3 ``PPO`` / ``A2C`` (see the module docstring).
+
+    Args:
+        model: the SB3 model, with ``n_envs == num_collectors * envs_per_collector``.
+        num_collectors: collectors filling the rollouts.
+        envs_per_collector: envs of each collector (its columns of the rollout).
+        max_policy_lag: 0 (strictly on-policy, the default for ``None``) or 1.
+        replay_ratio: must be ``None`` (on-policy models train once per rollout).
 
     Raises:
         ValueError: ``model.n_envs != num_collectors * envs_per_collector``, a ``max_policy_lag``
@@ -221,6 +231,7 @@ class OnPolicyLoop(LearnerLoop):
         max_policy_lag: int | None,
         replay_ratio: float | None,
     ):
+        """Check the model and the arguments and create the shared rollout storage (see the class docstring)."""
         from gymnasium import spaces
 
         if max_policy_lag is None:
@@ -290,6 +301,7 @@ class OnPolicyLoop(LearnerLoop):
         return {k: v for k, v in kwargs.items() if k != "autoreset_mode"}
 
     def writer(self, index: int) -> RolloutWriter:
+        """A :class:`RolloutWriter` into collector ``index``'s env columns of the rollout storage."""
         return RolloutWriter(
             self.storage.handle,
             index * self.envs_per_collector,

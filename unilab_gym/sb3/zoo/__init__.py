@@ -1,6 +1,8 @@
-"""Tuned hyperparameters for rl-zoo3, shipped as YAML files (one per algorithm).
+r"""Tuned hyperparameters for rl-zoo3, shipped as YAML files (one per algorithm).
 
-    python -m rl_zoo3.train --algo ppo --env UniLab/Quadruped-v0 --gym-packages unilab_gym \\
+Example::
+
+    python -m rl_zoo3.train --algo ppo --env UniLab/Quadruped-v0 --gym-packages unilab_gym \
         --conf-file "$(python -c 'import unilab_gym.sb3.zoo as h; print(h.path("ppo"))')"
 """
 
