@@ -45,6 +45,8 @@ from unilab_gym.validation import check_host, check_int, check_positive_int, che
 
 if TYPE_CHECKING:
     from unilab_gym.sb3.loops.base import LearnerLoop
+    from unilab_gym.sb3.loops.off_policy import OffPolicyLoop
+    from unilab_gym.sb3.loops.on_policy import OnPolicyLoop
 
 #: The collector pools ``AsyncRunner(backend=...)`` builds: spawned processes, Ray actors, or in the learner.
 BACKENDS = ("process", "ray", "inline")
@@ -177,6 +179,7 @@ class AsyncRunner(RunnerControl):
         ray_address: str | None = None,
         collector_resources: dict[str, float] | None = None,
     ):
+        """Check every argument, then build the loop, the collector pool and the servers (see the class docstring)."""
         from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
         from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
@@ -195,41 +198,13 @@ class AsyncRunner(RunnerControl):
         collector_timeout_s = check_real(
             "collector_timeout_s", collector_timeout_s, minimum=0.0, exclusive_minimum=True
         )
-        if metrics_port is not None:
-            metrics_port = check_int("metrics_port", metrics_port, minimum=0, maximum=65535)
-        if control_port is not None:
-            control_port = check_int("control_port", control_port, minimum=0, maximum=65535)
-        metrics_addr = check_host("metrics_addr", metrics_addr)
-        control_addr = check_host("control_addr", control_addr)
-        if not isinstance(snapshot_on_change, bool):
-            raise ValueError(f"snapshot_on_change must be a bool, got {snapshot_on_change!r}")
-        if snapshot_dir is not None and not isinstance(snapshot_dir, (str, os.PathLike)):
-            raise ValueError(f"snapshot_dir must be a path (str or os.PathLike) or None, got {snapshot_dir!r}")
-        if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
-            raise ValueError(f"env_kwargs must be a dict of keyword arguments for gym.make_vec, got {env_kwargs!r}")
+        metrics_port, metrics_addr, control_port, control_addr = _check_servers(
+            metrics_port, metrics_addr, control_port, control_addr
+        )
+        _check_run_options(snapshot_on_change, snapshot_dir, env_kwargs)
         if seed is not None:
             seed = check_seed("seed", seed)
-        if backend not in BACKENDS:
-            raise ValueError(f'backend must be "process", "ray" or "inline", got {backend!r}')
-        methods = mp.get_all_start_methods()
-        if start_method not in methods:
-            raise ValueError(
-                f"start_method must be one of {methods} (multiprocessing start methods), got {start_method!r}"
-            )
-        if backend != "ray" and (ray_address is not None or collector_resources is not None):
-            raise ValueError('ray_address and collector_resources need backend="ray"')
-        if ray_address is not None and not isinstance(ray_address, str):
-            raise ValueError(f"ray_address must be a str such as 'auto' or 'host:6379', or None, got {ray_address!r}")
-        if backend == "inline" and max_collector_restarts:
-            raise ValueError(
-                f'backend="inline" does not restart collectors: max_collector_restarts must be 0, got '
-                f'{max_collector_restarts} (a fault raises CollectorError at once; backend="process" restarts)'
-            )
-        if backend == "ray":
-            from unilab_gym.runtime.ray_pool import check_resources, import_ray
-
-            import_ray()
-            check_resources(collector_resources)
+        _check_backend(backend, start_method, ray_address, collector_resources, max_collector_restarts)
         if not isinstance(model, (OnPolicyAlgorithm, OffPolicyAlgorithm)):
             raise ValueError(f"AsyncRunner drives SB3 SAC, TD3, DDPG, PPO or A2C models, got {type(model).__name__}")
         off_policy = isinstance(model, OffPolicyAlgorithm)
@@ -240,17 +215,14 @@ class AsyncRunner(RunnerControl):
         check_env_source(env_id, env_fn, pickled=backend == "process" and start_method != "fork")
         if backend == "process":
             _check_main_guard(start_method)
-        loop: LearnerLoop
-        claimed = model in _DRIVEN
-        try:  # the loops check the model's settings before they claim it; whatever they raise, no claim is left
-            if off_policy:
-                loop = OffPolicyLoop(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
-            else:
-                loop = OnPolicyLoop(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
-        except BaseException:
-            if not claimed:
-                _DRIVEN.discard(model)
-            raise
+        loop = _make_loop(
+            OffPolicyLoop if off_policy else OnPolicyLoop,
+            model,
+            num_collectors,
+            envs_per_collector,
+            max_policy_lag,
+            replay_ratio,
+        )
         self._loop = loop
         try:
             collector_env_kwargs = loop.env_kwargs(dict(env_kwargs or {}))
@@ -270,14 +242,7 @@ class AsyncRunner(RunnerControl):
                 max_restarts=max_collector_restarts,
                 collector_timeout_s=collector_timeout_s,
             )
-            if backend == "ray":
-                from unilab_gym.runtime.ray_pool import RayCollectorPool
-
-                self._pool: CollectorPool = RayCollectorPool(setup, ray_address, collector_resources)
-            elif backend == "inline":
-                self._pool = InlineCollectorPool(setup)
-            else:
-                self._pool = ProcessCollectorPool(setup, start_method)
+            self._pool: CollectorPool = _make_pool(backend, setup, start_method, ray_address, collector_resources)
         except BaseException:
             loop.close()
             raise
@@ -306,17 +271,21 @@ class AsyncRunner(RunnerControl):
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> AsyncRunner:
+        """Return the runner itself."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the runner (see :meth:`close`)."""
         self.close()
 
     def __del__(self) -> None:
+        """Close the runner if it is still open."""
         if not getattr(self, "_closed", True):
             self.close()
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` has run (or the construction failed)."""
         return self._closed
 
     @property
@@ -330,15 +299,18 @@ class AsyncRunner(RunnerControl):
     def collector_pids(self) -> list[int]:
         """Process ids of the running collectors (empty before the first :meth:`learn`, and once closed).
 
-        With ``backend="inline"``, each collector's is the learner's own pid (``os.getpid()``)."""
+        With ``backend="inline"``, each collector's is the learner's own pid (``os.getpid()``).
+        """
         return [s.pid for s in self._pool.status() if s.pid is not None]
 
     def collector_status(self) -> list[dict[str, Any]]:
-        """One dict per collector: ``index``, ``node_id`` (the Ray node id, hex, with ``backend="ray"``; the
-        host name with processes; ``""`` before it reported), ``pid`` (``None`` before it started),
-        ``env_steps`` (transitions the learner has from it), ``weight_version`` (the version it acts
-        with, 0: none yet) and ``restarts``. Safe to call from another thread while :meth:`learn` runs;
-        empty once closed."""
+        """The status of each collector, one dict per collector; empty once closed.
+
+        Keys: ``index``, ``node_id`` (the Ray node id, hex, with ``backend="ray"``; the host name with processes;
+        ``""`` before it reported), ``pid`` (``None`` before it started), ``env_steps`` (transitions the learner has
+        from it), ``weight_version`` (the version it acts with, 0: none yet) and ``restarts``. Safe to call from
+        another thread while :meth:`learn` runs.
+        """
         return [dataclasses.asdict(s) for s in self._pool.status()]
 
     def policy_lag(self) -> int:
@@ -450,6 +422,99 @@ def _statistics_frozen(vec_normalize: Any) -> Iterator[None]:
 
 
 _GUARD = 'if __name__ == "__main__":'
+
+
+def _check_servers(
+    metrics_port: int | None, metrics_addr: str, control_port: int | None, control_addr: str
+) -> tuple[int | None, str, int | None, str]:
+    """The checked ``(metrics_port, metrics_addr, control_port, control_addr)`` (``ValueError`` naming a bad one)."""
+    if metrics_port is not None:
+        metrics_port = check_int("metrics_port", metrics_port, minimum=0, maximum=65535)
+    if control_port is not None:
+        control_port = check_int("control_port", control_port, minimum=0, maximum=65535)
+    metrics_addr = check_host("metrics_addr", metrics_addr)
+    control_addr = check_host("control_addr", control_addr)
+    return metrics_port, metrics_addr, control_port, control_addr
+
+
+def _check_run_options(snapshot_on_change: Any, snapshot_dir: Any, env_kwargs: Any) -> None:
+    """Raise ``ValueError`` naming ``snapshot_on_change`` (not a bool), ``snapshot_dir`` or ``env_kwargs``."""
+    if not isinstance(snapshot_on_change, bool):
+        raise ValueError(f"snapshot_on_change must be a bool, got {snapshot_on_change!r}")
+    if snapshot_dir is not None and not isinstance(snapshot_dir, (str, os.PathLike)):
+        raise ValueError(f"snapshot_dir must be a path (str or os.PathLike) or None, got {snapshot_dir!r}")
+    if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
+        raise ValueError(f"env_kwargs must be a dict of keyword arguments for gym.make_vec, got {env_kwargs!r}")
+
+
+def _check_backend(
+    backend: str,
+    start_method: str,
+    ray_address: Any,
+    collector_resources: dict[str, float] | None,
+    max_collector_restarts: int,
+) -> None:
+    """Check the backend and its options; with ``backend="ray"``, import Ray and check the resources.
+
+    Raises:
+        ValueError: an unknown ``backend`` or ``start_method``, Ray options without ``backend="ray"``, a
+            ``ray_address`` that is not a str, restarts with ``backend="inline"``, or bad ``collector_resources``.
+        ImportError: ``backend="ray"`` without Ray installed.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f'backend must be "process", "ray" or "inline", got {backend!r}')
+    methods = mp.get_all_start_methods()
+    if start_method not in methods:
+        raise ValueError(f"start_method must be one of {methods} (multiprocessing start methods), got {start_method!r}")
+    if backend != "ray" and (ray_address is not None or collector_resources is not None):
+        raise ValueError('ray_address and collector_resources need backend="ray"')
+    if ray_address is not None and not isinstance(ray_address, str):
+        raise ValueError(f"ray_address must be a str such as 'auto' or 'host:6379', or None, got {ray_address!r}")
+    if backend == "inline" and max_collector_restarts:
+        raise ValueError(
+            f'backend="inline" does not restart collectors: max_collector_restarts must be 0, got '
+            f'{max_collector_restarts} (a fault raises CollectorError at once; backend="process" restarts)'
+        )
+    if backend == "ray":
+        from unilab_gym.runtime.ray_pool import check_resources, import_ray
+
+        import_ray()
+        check_resources(collector_resources)
+
+
+def _make_loop(
+    loop_type: type[OffPolicyLoop] | type[OnPolicyLoop],
+    model: Any,
+    num_collectors: int,
+    envs_per_collector: int,
+    max_policy_lag: int | None,
+    replay_ratio: float | None,
+) -> LearnerLoop:
+    """The ``loop_type`` loop over ``model``; if it raises, ``model`` is left unclaimed (as it was)."""
+    claimed = model in _DRIVEN
+    try:  # the loops check the model's settings before they claim it; whatever they raise, no claim is left
+        return loop_type(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
+    except BaseException:
+        if not claimed:
+            _DRIVEN.discard(model)
+        raise
+
+
+def _make_pool(
+    backend: str,
+    setup: CollectorSetup,
+    start_method: str,
+    ray_address: str | None,
+    collector_resources: dict[str, float] | None,
+) -> CollectorPool:
+    """The collector pool of ``backend`` (not started)."""
+    if backend == "ray":
+        from unilab_gym.runtime.ray_pool import RayCollectorPool
+
+        return RayCollectorPool(setup, ray_address, collector_resources)
+    if backend == "inline":
+        return InlineCollectorPool(setup)
+    return ProcessCollectorPool(setup, start_method)
 
 
 def _refuse_while_bootstrapping() -> None:

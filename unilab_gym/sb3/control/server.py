@@ -76,6 +76,7 @@ class TokenFile:
     """
 
     def __init__(self, directory: str | os.PathLike[str], token: str, run_id: str):
+        """Write and lock the token file (arguments and errors: see the class docstring)."""
         directory = Path(directory)
         serialize = _lock_directory(directory)
         try:
@@ -187,32 +188,27 @@ def make_app(controller: Any, token: str, metrics_app: Any = None) -> Any:  # no
         ImportError: FastAPI is not installed.
     """
     _require()
-    from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Request
-    from fastapi.responses import JSONResponse
-    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-    from pydantic import BaseModel, ConfigDict, StrictBool
+    from fastapi import FastAPI
     from starlette.routing import Route
 
-    bearer = HTTPBearer(auto_error=False)
     target = _Target(controller, token)  # the routes reach the controller only through it (see _Target)
     del controller, token
-
-    def authorized(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
-        if credentials is None or not target.valid(credentials.credentials):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-
-    class HyperparamsRequest(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        name: str | None = None
-        value: Any = None
-        values: dict[str, Any] | None = None
-
-    class SnapshotRequest(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        include_replay: StrictBool = False
-
     app = FastAPI(title="unilab-gym control", version="1")
-    api = APIRouter(prefix="/api/v1", dependencies=[Depends(authorized)])
+    _guard(app, target)
+    app.include_router(_api_router(target))
+    app.state.unilab_target = target  # ControlServer.close drops what it holds
+    if metrics_app is not None:
+        # a route, not a mount: a mount answers GET /metrics with a 307 redirect to /metrics/
+        app.router.routes.append(
+            Route("/metrics", _AsgiEndpoint(metrics_app), methods=["GET"], include_in_schema=False)
+        )
+    return app
+
+
+def _guard(app: Any, target: _Target) -> None:
+    """Refuse every ``/api/`` request without the token (401), and map errors to statuses (400, 404, 503)."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
 
     @app.middleware("http")
     async def every_api_path_needs_the_token(request: Request, call_next: Any) -> Any:
@@ -236,6 +232,31 @@ def make_app(controller: Any, token: str, metrics_app: Any = None) -> Any:  # no
     @app.exception_handler(TimeoutError)
     async def busy(request: Request, exc: TimeoutError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503)
+
+
+def _api_router(target: _Target) -> Any:
+    """The ``/api/v1`` routes over ``target``, each behind the bearer token (documented in OpenAPI)."""
+    from fastapi import APIRouter, Body, Depends, HTTPException
+    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+    from pydantic import BaseModel, ConfigDict, StrictBool
+
+    bearer = HTTPBearer(auto_error=False)
+
+    def authorized(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        if credentials is None or not target.valid(credentials.credentials):
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    class HyperparamsRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        name: str | None = None
+        value: Any = None
+        values: dict[str, Any] | None = None
+
+    class SnapshotRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        include_replay: StrictBool = False
+
+    api = APIRouter(prefix="/api/v1", dependencies=[Depends(authorized)])
 
     @api.get("/hyperparams")
     def get_hyperparams() -> dict[str, Any]:
@@ -269,14 +290,7 @@ def make_app(controller: Any, token: str, metrics_app: Any = None) -> Any:  # no
     def get_status() -> dict[str, Any]:
         return target.get().status()
 
-    app.include_router(api)
-    app.state.unilab_target = target  # ControlServer.close drops what it holds
-    if metrics_app is not None:
-        # a route, not a mount: a mount answers GET /metrics with a 307 redirect to /metrics/
-        app.router.routes.append(
-            Route("/metrics", _AsgiEndpoint(metrics_app), methods=["GET"], include_in_schema=False)
-        )
-    return app
+    return api
 
 
 class _AsgiEndpoint:
@@ -317,6 +331,7 @@ class ControlServer:
         metrics_app: Any = None,
         run_id: str | None = None,
     ):
+        """Bind the port, write the token file and start the server thread (arguments: see the class docstring)."""
         from unilab_gym.sb3.control.snapshots import new_run_id
         from unilab_gym.validation import check_int
 
@@ -379,6 +394,7 @@ class ControlServer:
 
     @property
     def closed(self) -> bool:
+        """Whether the server thread has stopped and its socket is closed."""
         return not self._thread.is_alive() and self._sock.fileno() == -1
 
     def close(self) -> None:
