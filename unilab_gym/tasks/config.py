@@ -1,5 +1,7 @@
-"""Task keyword arguments: :func:`check_task_kwargs`, and ``QuadrupedConfig`` (defined in
-:mod:`unilab_gym.tasks.quadruped`, next to its task; imported here too, where it has always been importable from).
+"""Task keyword arguments: :func:`check_task_kwargs`, and ``QuadrupedConfig``.
+
+``QuadrupedConfig`` is defined in :mod:`unilab_gym.tasks.quadruped`, next to its task; it is imported here too,
+where it has always been importable from.
 
 ``QuadrupedConfig`` holds every constructor argument of ``UniLab/Quadruped-v0`` that shapes its trajectories. The
 fields are the task keyword arguments of :class:`~unilab_gym.vector_env.UniLabVectorEnv` and

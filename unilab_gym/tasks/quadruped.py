@@ -1,5 +1,6 @@
-"""Velocity-tracking locomotion task for a quadruped: pure, batched numpy functions, its configuration
-(:class:`QuadrupedConfig`) and :class:`QuadrupedTask`.
+"""Velocity-tracking locomotion task for a quadruped.
+
+Pure, batched numpy functions, its configuration (:class:`QuadrupedConfig`) and :class:`QuadrupedTask`.
 
 Nothing here touches physics: every function maps state arrays of N robots to
 observations, reward terms or termination flags, so it can be tested on hand-made states.
@@ -130,6 +131,7 @@ class RewardWeights:
     collision: float = -1.0
 
     def __post_init__(self) -> None:
+        """Check that every weight is a finite real number (raises ``ValueError`` naming it)."""
         for f in fields(self):
             object.__setattr__(self, f.name, check_real(f"reward_weights[{f.name!r}]", getattr(self, f.name)))
 
@@ -332,6 +334,7 @@ class TerminationConfig:
     """Whether the trunk touching the ground is a fall."""
 
     def __post_init__(self) -> None:
+        """Check the thresholds and the ``trunk_contact`` flag (raises ``ValueError`` naming the field)."""
         object.__setattr__(self, "min_base_height", check_real("termination['min_base_height']", self.min_base_height))
         object.__setattr__(self, "max_tilt", check_real("termination['max_tilt']", self.max_tilt, minimum=0.0))
         if not isinstance(self.trunk_contact, (bool, np.bool_)):
@@ -351,8 +354,11 @@ class TerminationConfig:
 def fall_conditions(
     base_height: np.ndarray, base_quat: np.ndarray, trunk_contact: np.ndarray, cfg: TerminationConfig
 ) -> np.ndarray:
-    """(N, 3) bool: which fall conditions hold, columns ``height`` (base under ``min_base_height``),
-    ``tilt`` (|roll| or |pitch| over ``max_tilt``), ``trunk_contact`` (only if ``cfg.trunk_contact``)."""
+    """(N, 3) bool: which fall conditions hold.
+
+    Columns ``height`` (base under ``min_base_height``), ``tilt`` (|roll| or |pitch| over ``max_tilt``),
+    ``trunk_contact`` (only if ``cfg.trunk_contact``).
+    """
     roll, pitch = roll_pitch(base_quat)
     out = np.empty((base_height.shape[0], 3), dtype=bool)
     out[:, 0] = base_height < cfg.min_base_height
@@ -502,6 +508,7 @@ class QuadrupedTask(Task):
     config: QuadrupedConfig
 
     def __init__(self, num_envs: int, config: QuadrupedConfig):
+        """Check the robot and set up ``num_envs`` envs of ``config`` (arguments: see the class docstring)."""
         robot = config.robot
         if robot.num_joints != ACT_DIM:
             raise ValueError(
@@ -556,8 +563,11 @@ class QuadrupedTask(Task):
     def evaluate(
         self, state: RobotState, action: np.ndarray, previous_action: np.ndarray, restarting: np.ndarray
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """Feet air times advance one step (cleared for ``restarting`` envs), then :func:`reward_terms` and
-        :func:`fall_conditions` (columns :attr:`termination_names`), both with :meth:`base_height`."""
+        """The reward terms and fall conditions of this step.
+
+        Feet air times advance one step (cleared for ``restarting`` envs), then :func:`reward_terms` and
+        :func:`fall_conditions` (columns :attr:`termination_names`), both with :meth:`base_height`.
+        """
         config = self.config
         height = self.base_height(state)
         dt = config.control_dt

@@ -49,16 +49,20 @@ NUM_HEIGHT_POINTS = HEIGHT_POINTS.shape[0]
 
 
 def tile_cells(size: float, border: float, horizontal_scale: float = HORIZONTAL_SCALE) -> int:
-    """Grid points along one side of a tile of ``size`` m core and ``border`` m border: ``round((size + 2 border)
-    / scale) + 1`` (odd, so that the centre is a grid point)."""
+    """Grid points along one side of a tile of ``size`` m core and ``border`` m border.
+
+    ``round((size + 2 border) / scale) + 1`` (odd, so that the centre is a grid point).
+    """
     n = round((size + 2.0 * border) / horizontal_scale) + 1
     return n if n % 2 else n + 1
 
 
 def _pyramid(coord: np.ndarray, half: float, slope: float, platform: float) -> np.ndarray:
-    """Isaac Gym's ``pyramid_sloped_terrain`` on coordinates ``coord`` (m from the centre, (ny, nx, 2)): height
-    ``slope * half * xx * yy`` with ``xx = 1 - |x| / half`` (0 at the core's edge), clipped to its value at the
-    platform's edge inside the platform."""
+    """Isaac Gym's ``pyramid_sloped_terrain`` on coordinates ``coord`` (m from the centre, (ny, nx, 2)).
+
+    Height ``slope * half * xx * yy`` with ``xx = 1 - |x| / half`` (0 at the core's edge), clipped to its value at
+    the platform's edge inside the platform.
+    """
     xx = np.clip(1.0 - np.abs(coord[..., 0]) / half, 0.0, 1.0)
     yy = np.clip(1.0 - np.abs(coord[..., 1]) / half, 0.0, 1.0)
     height = slope * half * xx * yy
@@ -67,8 +71,11 @@ def _pyramid(coord: np.ndarray, half: float, slope: float, platform: float) -> n
 
 
 def _stairs(coord: np.ndarray, half: float, step_width: float, step_height: float, platform: float) -> np.ndarray:
-    """Isaac Gym's ``pyramid_stairs_terrain``: concentric squares ``step_width`` narrower each, ``step_height``
-    higher each, until the remaining square is the platform."""
+    """Isaac Gym's ``pyramid_stairs_terrain``.
+
+    Concentric squares ``step_width`` narrower each, ``step_height`` higher each, until the remaining square is the
+    platform.
+    """
     dist = half - np.maximum(np.abs(coord[..., 0]), np.abs(coord[..., 1]))  # from the core's edge inward, m
     max_steps = int(np.floor((half - platform / 2.0) / step_width))
     steps = np.clip(np.floor(dist / step_width), 0, max_steps)
@@ -78,8 +85,11 @@ def _stairs(coord: np.ndarray, half: float, step_width: float, step_height: floa
 def _uniform_noise(
     rng: np.random.Generator, coord: np.ndarray, half: float, low: float, high: float, step: float, grid: float
 ) -> np.ndarray:
-    """Isaac Gym's ``random_uniform_terrain``: heights drawn from ``arange(low, high + step, step)`` on a coarse grid
-    of ``grid`` m, bilinearly interpolated to the tile's grid."""
+    """Isaac Gym's ``random_uniform_terrain``.
+
+    Heights drawn from ``arange(low, high + step, step)`` on a coarse grid of ``grid`` m, bilinearly interpolated to
+    the tile's grid.
+    """
     levels = np.arange(low, high + step / 2, step)
     n = int(np.ceil(2 * half / grid)) + 1
     coarse = rng.choice(levels, (n, n))
