@@ -38,6 +38,7 @@ from unilab_gym.latency import StepLatency
 from unilab_gym.memory import check_memory
 from unilab_gym.randomization import PARAMETER_NAMES
 from unilab_gym.sim import a1
+from unilab_gym.sim.camera import Camera
 from unilab_gym.sim.scene import ObjectEpisodes
 from unilab_gym.sim.world import ClusterWorld, RobotState, lane_origins
 from unilab_gym.tasks.base import ACTUATIONS, Task
@@ -611,11 +612,26 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             return None
         return EnvFrames(self)
 
-    def render_env(self, index: int = 0, width: int = 320, height: int = 240) -> np.ndarray:
-        """(height, width, 3) uint8 frame of a camera following env ``index``."""
+    def render_env(
+        self, index: int = 0, width: int = 320, height: int = 240, camera: Camera | None = None
+    ) -> np.ndarray:
+        """(height, width, 3) uint8 RGB frame of env ``index``.
+
+        Args:
+            index: the env, in [0, N).
+            width, height: image size in pixels (default 320 x 240, the size of :meth:`render`'s frames).
+            camera: ``None`` (default): the task's camera (:attr:`~unilab_gym.tasks.base.Task.camera`, following env
+                ``index``'s robot or its spawn point); or another :class:`~unilab_gym.sim.camera.Camera`.
+
+        The task's target (:meth:`~unilab_gym.tasks.base.Task.render_target`), if it has one, is a red sphere.
+        """
         self._check_open()
         rows, world = self._cluster_of(index)
-        return world.render(index - rows.start, width, height)
+        targets = self.task.render_target()
+        marker = None if targets is None else targets[index]
+        return world.render(
+            index - rows.start, width, height, self.task.camera if camera is None else camera, marker
+        )
 
     def parameter_trace(self) -> list[dict[str, Any]]:
         """One record per finished episode (terminated or truncated) of every env, in the order they

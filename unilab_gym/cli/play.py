@@ -190,9 +190,7 @@ def main(argv: list[str] | None = None) -> Path:
     """
     args = parse_args(argv)
     if args.random == (args.model is not None):
-        raise SystemExit(
-            "give a model .zip or --random, not both" if args.random else "give a model .zip (or --random)"
-        )
+        raise SystemExit("give a model .zip or --random, not both" if args.random else "give a model .zip or --random")
     if args.model is not None and not args.model.exists():
         raise SystemExit(f"no model at {args.model}")
     for name in ("steps", "every", "width", "height"):
@@ -217,7 +215,7 @@ def main(argv: list[str] | None = None) -> Path:
         env = make_sb3_env(args.env_id, 1, seed=args.seed, render_mode="rgb_array", **env_kwargs)
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"{args.env_id} with {env_kwargs}: {exc}") from None
-    venv = env.unwrapped.venv  # the UniLabVectorEnv (its render_env takes the frame size)
+    venv: Any = env.unwrapped.venv  # type: ignore[attr-defined]  # the UniLabVectorEnv (render_env takes a size)
     model: BaseAlgorithm | None = None
     try:
         if args.model is not None:

@@ -74,6 +74,7 @@ p = _import_pybullet()
 
 from unilab_gym.robots import A1, RobotDescription  # noqa: E402
 from unilab_gym.sim import a1  # noqa: E402
+from unilab_gym.sim.camera import Camera  # noqa: E402
 from unilab_gym.sim.objects import ObjectSet  # noqa: E402
 from unilab_gym.sim.rotation import quat_rotate  # noqa: E402
 from unilab_gym.sim.scene import Scene  # noqa: E402
@@ -186,6 +187,10 @@ _OPTIONAL_WIDTHS = {
 }
 
 
+#: Radius in m of the sphere :meth:`ClusterWorld.render` draws at a task's target.
+MARKER_RADIUS = 0.02
+
+
 def _lane_y(lane: int) -> float:
     """The y coordinate in m of lane ``lane``: lanes are LANE_SPACING apart, centred on y = 0."""
     return (lane - a1.NUM_LANES // 2) * a1.LANE_SPACING
@@ -245,6 +250,8 @@ class ClusterWorld:
 
     def _build(self, dt: float, solver_iterations: int, visual: bool, robot: RobotDescription, scene: Scene) -> None:
         c = self._client
+        self._visual = visual
+        self._marker: int | None = None  # the body render() draws a task's target with, made at its first use
         num_robots = self.num_robots
         p.setGravity(0.0, 0.0, -GRAVITY, physicsClientId=c)
         p.setPhysicsEngineParameter(
@@ -258,6 +265,10 @@ class ClusterWorld:
         ground_visual = (
             p.createVisualShape(p.GEOM_MESH, fileName=a1.PLANE_MESH_PATH, physicsClientId=c) if visual else -1
         )
+        if visual and scene.terrain:  # the plane touches no robot then; drawn, it would cover the tiles' pits
+            ground_visual = p.createVisualShape(
+                p.GEOM_SPHERE, radius=1e-3, visualFramePosition=[0.0, 0.0, -100.0], physicsClientId=c
+            )
         self._plane = p.createMultiBody(
             0.0, p.createCollisionShape(p.GEOM_PLANE, physicsClientId=c), ground_visual, physicsClientId=c
         )
@@ -268,8 +279,10 @@ class ClusterWorld:
             flags |= p.URDF_USE_INERTIA_FROM_FILE
         self._spawn_height = robot.spawn_height
         self._robots: list[int] = []
+        self._spawn_pos = np.zeros((num_robots, 3))  # each robot's spawn point of its episode (for the camera)
         for i in range(num_robots):
             spawn = [0.0, _lane_y(i % a1.NUM_LANES), robot.spawn_height]
+            self._spawn_pos[i] = spawn
             body = p.loadURDF(robot.urdf_path, spawn, flags=flags, useFixedBase=robot.fixed_base, physicsClientId=c)
             for link in range(-1, p.getNumJoints(body, physicsClientId=c)):
                 p.setCollisionFilterGroupMask(body, link, _ROBOT_GROUP, _GROUND_GROUP, physicsClientId=c)
@@ -310,7 +323,9 @@ class ClusterWorld:
         #: The objects (``scene.objects``), one per robot, or ``None``.
         self.objects = ObjectSet(p, c, self._robots, self._links) if scene.objects else None
         #: The heightfield tiles (``scene.terrain``), one per robot, or ``None``; the plane then touches no robot.
-        self.terrain = TerrainSet(p, c, self._robots, self._links, scene.ground_friction) if scene.terrain else None
+        self.terrain = (
+            TerrainSet(p, c, self._robots, self._links, scene.ground_friction, visual=visual) if scene.terrain else None
+        )
         if self.terrain is not None:
             p.setCollisionFilterGroupMask(self._plane, -1, 0, 0, physicsClientId=c)
         for body in self._robots:
@@ -369,6 +384,7 @@ class ClusterWorld:
             robot = self._robots[i]
             z = self._spawn_height if ground_height is None else self._spawn_height + float(ground_height[row])
             base = [0.0, _lane_y(int(lanes[row])), z]
+            self._spawn_pos[i] = base
             p.resetBasePositionAndOrientation(robot, base, [0.0, 0.0, 0.0, 1.0], physicsClientId=c)
             p.resetBaseVelocity(robot, [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], physicsClientId=c)
             for k, j in enumerate(self.joint_ids):
@@ -553,15 +569,55 @@ class ClusterWorld:
         st.foot_contact[:] = hits[:, self._foot_columns]
         st.leg_contact[:] = hits[:, self._leg_columns]
 
-    def render(self, robot: int, width: int, height: int) -> np.ndarray:
-        """An RGB frame (height, width, 3) uint8 of a camera following robot ``robot``."""
+    def render(
+        self,
+        robot: int,
+        width: int,
+        height: int,
+        camera: Camera = Camera(),  # noqa: B008  # frozen: one shared default is safe
+        marker: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """An RGB frame of robot ``robot`` seen by ``camera``, drawn by pybullet's TinyRenderer (CPU).
+
+        Args:
+            robot: robot index in this world.
+            width, height: image size in pixels.
+            camera: where from (:class:`~unilab_gym.sim.camera.Camera`; default the quadruped's view): its target
+                follows this robot's base or its spawn point of the current episode.
+            marker: ``None``, or (3,) m relative to the robot's spawn point (world axes): where to draw a red sphere
+                of radius :data:`MARKER_RADIUS` (the task's target). The sphere is a body with a visual shape and no
+                collision shape, made at the first marker: it touches nothing, so the physics is the same.
+
+        Returns:
+            (height, width, 3) uint8 RGB. In a world built with ``visual=True`` and terrain, the robot's own tile is
+            drawn and no other (:meth:`unilab_gym.sim.terrain.TerrainSet.show`).
+        """
         c = self._client
-        target = self.state.base_pos[robot].copy()
-        target[2] = 0.25
-        view = p.computeViewMatrixFromYawPitchRoll(target.tolist(), 1.2, 45.0, -25.0, 0.0, 2, physicsClientId=c)
-        proj = p.computeProjectionMatrixFOV(60.0, width / height, 0.05, 20.0, physicsClientId=c)
+        if self.terrain is not None and self._visual:
+            self.terrain.show(robot)
+        self._place_marker(None if marker is None else self._spawn_pos[robot] + np.asarray(marker, dtype=np.float64))
+        target = camera.target(self.state.base_pos[robot], self._spawn_pos[robot])
+        view = p.computeViewMatrixFromYawPitchRoll(
+            target.tolist(), camera.distance, camera.yaw, camera.pitch, 0.0, 2, physicsClientId=c
+        )
+        proj = p.computeProjectionMatrixFOV(camera.fov, width / height, camera.near, camera.far, physicsClientId=c)
         _, _, rgba, _, _ = p.getCameraImage(width, height, view, proj, renderer=p.ER_TINY_RENDERER, physicsClientId=c)
         return np.asarray(rgba, dtype=np.uint8).reshape(height, width, 4)[:, :, :3].copy()
+
+    def _place_marker(self, position: np.ndarray | None) -> None:
+        """Move the marker sphere to ``position`` ((3,) m, world), or out of sight (``None``); make it if needed."""
+        c = self._client
+        if position is None:
+            if self._marker is not None:
+                p.resetBasePositionAndOrientation(self._marker, [0.0, 0.0, -100.0], [0, 0, 0, 1], physicsClientId=c)
+            return
+        if self._marker is None:
+            shape = p.createVisualShape(
+                p.GEOM_SPHERE, radius=MARKER_RADIUS, rgbaColor=[0.9, 0.1, 0.1, 1.0], physicsClientId=c
+            )
+            self._marker = p.createMultiBody(0.0, -1, shape, position.tolist(), physicsClientId=c)
+        else:
+            p.resetBasePositionAndOrientation(self._marker, position.tolist(), [0, 0, 0, 1], physicsClientId=c)
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
         """Refuse ``copy.copy``, ``copy.deepcopy`` and ``pickle``.

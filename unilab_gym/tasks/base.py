@@ -27,6 +27,7 @@ import numpy as np
 
 from unilab_gym.randomization import DomainRandomization
 from unilab_gym.robots import RobotDescription
+from unilab_gym.sim.camera import Camera
 from unilab_gym.sim.scene import ObjectEpisodes, Scene, TerrainEpisodes
 
 #: The values of :attr:`Task.actuation`.
@@ -143,6 +144,9 @@ class Task(ABC):
     #: Names of the task's own per-episode parameters (e.g. an object's shape, size, mass), recorded in the
     #: parameter trace after the physics parameters; their values are :attr:`episode_parameters`.
     episode_parameter_names: ClassVar[tuple[str, ...]] = ()
+    #: Where the frames of ``render_mode="rgb_array"`` are taken from (:class:`~unilab_gym.sim.camera.Camera`):
+    #: default the quadruped's view, following the base at z = 0.25 m.
+    camera: ClassVar[Camera] = Camera()
 
     def __init__(self, num_envs: int, config: TaskConfig):
         self.num_envs = num_envs
@@ -248,6 +252,12 @@ class Task(ABC):
         last :meth:`evaluate`; the engine puts them in the info next to ``reward_terms`` (with their ``_key`` masks,
         and in ``final_info`` with SAME_STEP autoreset). Default: none."""
         return {}
+
+    def render_target(self) -> np.ndarray | None:
+        """(N, 3) float64 m: a point to mark in rendered frames (the episode's target), relative to each env's spawn
+        point (its base at reset), world axes; or ``None`` (default): no marker. Drawn as a small red sphere that
+        nothing collides with (:meth:`unilab_gym.sim.world.ClusterWorld.render`)."""
+        return None
 
     def truncation(self, episode_step: np.ndarray, max_episode_steps: int) -> np.ndarray:
         """(N,) bool ``truncated``: by default the episode reached ``max_episode_steps`` control steps."""

@@ -27,6 +27,7 @@ import numpy as np
 from unilab_gym.randomization import PARAMETER_NAMES, DomainRandomization
 from unilab_gym.robots import PANDA, RobotDescription, get_robot
 from unilab_gym.robots.panda import PANDA_ARM_LIMITS, PANDA_FINGER_OPEN
+from unilab_gym.sim.camera import Camera
 from unilab_gym.sim.scene import OBJECT_SHAPES, ObjectEpisodes, Scene
 from unilab_gym.tasks.base import Task
 from unilab_gym.validation import check_positive, check_positive_int, check_real
@@ -343,10 +344,16 @@ class _PandaTask(Task):
 
     config: PandaConfig
     command_dim = 3
+    #: Fixed at the base, looking at the middle of the target box from 1.4 m (the target is the red marker).
+    camera = Camera(follow="spawn", offset=(0.4, 0.0, 0.2), distance=1.4, yaw=30.0, pitch=-25.0)
 
     def __init__(self, num_envs: int, config: PandaConfig):
         super().__init__(num_envs, config)
         self._success = np.zeros(num_envs, dtype=bool)
+
+    def render_target(self) -> np.ndarray:
+        """(N, 3) m: the target (Reach) or the goal (Pick), relative to the base: the ``command``."""
+        return self.command
 
     def _arm_targets(self, action: np.ndarray, action_scale: float) -> np.ndarray:
         targets = self.nominal_joint_pos.copy()
@@ -456,6 +463,8 @@ class PandaPickTask(_PandaTask):
     termination_names = ("object_lost",)
     episode_parameter_names: ClassVar[tuple[str, ...]] = OBJECT_PARAMETERS
     config: PandaPickConfig
+    #: Closer than Reach's, on the table in front of the base where the object starts (the goal is the red marker).
+    camera = Camera(follow="spawn", offset=(0.45, 0.0, 0.1), distance=1.1, yaw=40.0, pitch=-30.0)
 
     #: Distance in m of the object from the base (horizontally) beyond which it is lost.
     LOST_DISTANCE = 1.0

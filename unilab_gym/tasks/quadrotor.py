@@ -22,6 +22,7 @@ import numpy as np
 from unilab_gym.randomization import DomainRandomization
 from unilab_gym.robots import RobotDescription
 from unilab_gym.robots.quadrotors import CF2X
+from unilab_gym.sim.camera import Camera
 from unilab_gym.sim.rotation import quat_rotate_inverse
 from unilab_gym.sim.rotor import CF2X as CF2X_ROTORS
 from unilab_gym.sim.rotor import GRAVITY, RotorModel, rate_control
@@ -265,6 +266,8 @@ class QuadrotorTask(Task):
     command_dim = 3
     termination_names = ("too_low", "too_tilted", "too_far")
     actuation = "external"
+    #: Fixed at the spawn point (1 m up), from 0.8 m: the quadrotor flying to its target (the red marker) and hovering.
+    camera = Camera(follow="spawn", offset=(0.0, 0.0, 0.0), distance=0.8, yaw=45.0, pitch=-20.0)
     config: QuadrotorConfig
 
     def __init__(self, num_envs: int, config: QuadrotorConfig):
@@ -294,6 +297,10 @@ class QuadrotorTask(Task):
         """The target offset ``U(target_low, target_high)`` (3 draws); no joints: returns an empty (0,) array."""
         self.command[env] = rng.uniform(self._low, self._high)
         return np.zeros(0)
+
+    def render_target(self) -> np.ndarray:
+        """(N, 3) m: the target, relative to the start (the spawn point): the ``command``."""
+        return self.command
 
     def start_episodes(self, idx: np.ndarray) -> None:
         """The next observation of envs ``idx`` reads their start position."""

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from unilab_gym.sim.camera import Camera
 from unilab_gym.sim.scene import Scene, TerrainEpisodes
 from unilab_gym.tasks.quadruped import (
     CRITIC_OBS_DIM,
@@ -157,6 +158,8 @@ class RoughTask(QuadrupedTask):
     """
 
     episode_parameter_names = ("terrain_level", "terrain_type")
+    #: Following the base (its height too, as it climbs), from 2 m: the robot and the terrain around it.
+    camera = Camera(follow="base", offset=(0.0, 0.0, 0.0), distance=2.0, yaw=30.0, pitch=-30.0)
     config: RoughConfig
 
     def __init__(self, num_envs: int, config: RoughConfig):
