@@ -93,7 +93,9 @@ class Writer(Protocol):
     #: the learner's ``VecNormalize`` settings (the collector then keeps a :attr:`Collector.normalizer`), or ``None``.
     normalization: NormalizationSpec | None
 
-    def run(self, collector: Collector) -> None: ...
+    def run(self, collector: Collector) -> None:
+        """Collect until :attr:`Collector.running` turns false, writing into the writer's sink."""
+        ...
 
 
 @dataclass
@@ -137,6 +139,7 @@ class Outbox:
     """
 
     def __init__(self) -> None:
+        """Start with no message queued."""
         self._lock = threading.Lock()
         self._messages: list[tuple[Any, ...]] = []
 
@@ -181,8 +184,10 @@ def make_vector_env(spec: CollectorSpec, autoreset_mode: str | None = None) -> A
 
 
 def obs_tensor(obs: Any) -> Any:
-    """A batch of observations as float32 torch: one tensor, or a dict of them for a ``Dict`` observation
-    (``privileged_obs=True``), as SB3 feeds its policies."""
+    """A batch of observations as float32 torch, as SB3 feeds its policies.
+
+    One tensor, or a dict of them for a ``Dict`` observation (``privileged_obs=True``).
+    """
     import torch
 
     if isinstance(obs, dict):
@@ -311,21 +316,25 @@ class FiniteCheckedEnv:
     """
 
     def __init__(self, env: Any, collector: int):
+        """Wrap ``env`` (arguments: see the class docstring)."""
         self.env = env
         self.collector = collector
         self.steps = 0
 
     def __getattr__(self, name: str) -> Any:
+        """Every other attribute is the wrapped env's."""
         if name == "env":  # not yet set (e.g. while copying): no recursion
             raise AttributeError(name)
         return getattr(self.env, name)
 
     def reset(self, **kwargs: Any) -> Any:
+        """The env's ``reset(**kwargs)``, its observations checked (``CollectorError`` on a NaN / inf)."""
         obs, info = self.env.reset(**kwargs)
         self._check("observation", obs)
         return obs, info
 
     def step(self, actions: Any) -> Any:
+        """The env's ``step(actions)``, its observations, rewards and ``final_obs`` checked (``CollectorError``)."""
         out = self.env.step(actions)
         self.steps += 1
         obs, reward, info = out[0], out[1], out[4]
@@ -400,6 +409,16 @@ class Collector:
         control: CounterTable,
         conn: MessageSink,
     ):
+        """Bind the collector to its counter row and metrics, and mark it ready (no weights loaded yet).
+
+        Args:
+            spec: the :class:`CollectorSpec`.
+            env: the gymnasium vector env, not yet reset (wrapped in a :class:`FiniteCheckedEnv`).
+            policy: the torch module the collector runs.
+            weights: where the learner's weight versions are read from.
+            control: the runner's counter table (this collector writes its row ``spec.index``).
+            conn: where the collector's reports to the learner go.
+        """
         self.spec, self.policy, self.conn = spec, policy, conn
         self.env: Any = FiniteCheckedEnv(env, spec.index)  # shared by the Ray collectors (StagedCollector)
         self._control = control
@@ -444,7 +463,7 @@ class Collector:
         return self._control.signals()[1]
 
     def granted(self) -> int:
-        """On-policy: collectors may collect rollouts ``0 .. granted() - 1``."""
+        """On-policy: collectors may collect the rollouts numbered below this."""
         return self._control.signals()[2]
 
     def total_transitions(self) -> int:

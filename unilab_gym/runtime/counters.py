@@ -76,6 +76,7 @@ class CounterTable:
     """
 
     def __init__(self, num_collectors: int):
+        """Zero every counter (arguments: see the class docstring)."""
         self.num_collectors = num_collectors
         self.globals: np.ndarray = np.zeros(GLOBAL_FIELDS, np.int64)
         self.rows: np.ndarray = np.zeros((num_collectors, ROW_FIELDS), np.int64)
@@ -134,6 +135,7 @@ class SharedCounters(CounterTable):
     """
 
     def __init__(self, num_collectors: int, segment: Segment | None = None):
+        """Create the segment (or map ``segment``) and view the table in it (arguments: see the class docstring)."""
         if segment is None:
             segment = Segment.create(8 * (GLOBAL_FIELDS + (ROW_FIELDS + METRIC_FIELDS) * num_collectors))
         self._segment = segment

@@ -221,6 +221,7 @@ class IngestStats:
     """
 
     def __init__(self, clock: Callable[[], float] = time.thread_time):
+        """Start with every count at zero (arguments: see the class docstring)."""
         self._clock = clock
         self.cpu_seconds = dict.fromkeys(INGEST_PHASES, 0.0)
         self.total_cpu_seconds = 0.0
@@ -276,8 +277,9 @@ class IngestStats:
         return [*out, (float("inf"), float(sum(sizes.values())))]
 
     def quantile(self, q: float) -> float:
-        """The ``q`` quantile (0..1) of transitions per answer, exact (the smallest size with >= q of the
-        answers at or below it); NaN before the first answer.
+        """The ``q`` quantile (0..1) of transitions per answer, exact; NaN before the first answer.
+
+        Exact: the smallest size with >= q of the answers at or below it.
 
         Raises:
             ValueError: ``q`` is not in [0, 1].
@@ -311,6 +313,7 @@ class RunnerMetrics:
     """
 
     def __init__(self, pool: CollectorPool, replay: ReplayInfo | None = None):
+        """Start every learner-side figure at zero (arguments: see the class docstring)."""
         self._pool = pool
         self._replay = replay.storage if replay is not None else None
         self._batch_size = replay.batch_size if replay is not None else 0
@@ -595,6 +598,7 @@ class MetricsServer:
     """
 
     def __init__(self, metrics: RunnerMetrics, port: int, addr: str = "127.0.0.1"):
+        """Bind the port and start serving (arguments and errors: see the class docstring)."""
         try:
             from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
         except ImportError as exc:  # pragma: no cover - prometheus-client is in the test extra

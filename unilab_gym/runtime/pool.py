@@ -199,9 +199,11 @@ class CollectorSetup:
     def collector_spec(
         self, index: int, restarts: int, *, policy: tuple[str, int] = ("", 0), parent_pid: int = 0
     ) -> CollectorSpec:
-        """The :class:`~unilab_gym.runtime.collector.CollectorSpec` of collector ``index`` after ``restarts``
-        replacements: its seeds, writer and env arguments as above; ``policy`` and ``parent_pid`` as the pool
-        gives them (a process pool: its policy segment and its pid)."""
+        """The spec of collector ``index`` after ``restarts`` replacements.
+
+        A :class:`~unilab_gym.runtime.collector.CollectorSpec`: its seeds, writer and env arguments as above;
+        ``policy`` and ``parent_pid`` as the pool gives them (a process pool: its policy segment and its pid).
+        """
         return CollectorSpec(
             index=index,
             num_envs=self.envs_per_collector,
@@ -323,6 +325,7 @@ class CollectorPool(ABC):
     replaced_fields: tuple[int, ...] = (READY, VERSION)
 
     def __init__(self, setup: CollectorSetup):
+        """Hold ``setup``, with no fault or restart yet; nothing runs (arguments: see the class docstring)."""
         self.setup = setup
         self._closed = True  # until the implementation is fully constructed
         self._restarts_of = [0] * setup.num_collectors  # per collector: how many times it was replaced
@@ -330,6 +333,7 @@ class CollectorPool(ABC):
 
     @property
     def num_collectors(self) -> int:
+        """The number of collectors (``setup.num_collectors``)."""
         return self.setup.num_collectors
 
     # ------------------------------------------------------------------ lifecycle
@@ -453,9 +457,10 @@ class CollectorPool(ABC):
         return {int(c): float(since[c]) for c in np.flatnonzero(since > limits)}
 
     def _supervise(self, faults: dict[int, CollectorError]) -> None:
-        """Handle ``faults`` (collector index -> its error), in index order: each counts in :attr:`faults`; the
-        first one for which no restart is left (``setup.max_restarts``) is raised, the others replace their
-        collector (:meth:`_restart`).
+        """Handle ``faults`` (collector index -> its error), in index order.
+
+        Each counts in :attr:`faults`; the first one for which no restart is left (``setup.max_restarts``) is
+        raised, the others replace their collector (:meth:`_restart`).
 
         Raises:
             CollectorError: a collector failed and no restart is left.

@@ -97,6 +97,7 @@ class SharedWeights:
     """
 
     def __init__(self, size: int, _segment: Segment | None = None):
+        """Create and own a new segment of ``size`` values, or map ``_segment`` (see :meth:`attach`)."""
         if _segment is None:
             size = check_positive_int("size", size)
             _segment = Segment.create(_HEADER_BYTES + 2 * 4 * size)
@@ -118,6 +119,7 @@ class SharedWeights:
 
     @property
     def handle(self) -> WeightsHandle:
+        """What :meth:`attach` needs to map the segment in another process (picklable)."""
         return WeightsHandle(self._segment.name, self.size)
 
     @property
@@ -201,6 +203,7 @@ class LocalWeights:
     """
 
     def __init__(self, size: int):
+        """Hold no version yet (arguments: see the class docstring)."""
         self.size = size
         self._latest: tuple[int, np.ndarray | None, int] = (0, None, 0)
         self.read_published_ns = 0
