@@ -196,6 +196,7 @@ class InlineCollector(Collector):
     """
 
     def __init__(self, spec: CollectorSpec, env: Any, policy: Any, pool: InlineCollectorPool, turns: _Turns):
+        """A collector on ``pool``'s counters, weights and outbox, stepped in ``turns``."""
         super().__init__(spec, env, policy, pool.weights, pool.control, pool.outboxes[spec.index])
         self._turns = turns
 
@@ -232,6 +233,7 @@ class InlineCollectorPool(CollectorPool):
     runs_concurrently = False
 
     def __init__(self, setup: CollectorSetup):
+        """Check ``setup`` and make the in-process counters, weights and outboxes (see the class docstring)."""
         if setup.max_restarts:
             raise ValueError(
                 f'backend="inline" does not restart collectors: max_collector_restarts must be 0, got '
@@ -319,6 +321,7 @@ class InlineCollectorPool(CollectorPool):
 
     # ------------------------------------------------------------------ weights and signals
     def publish_weights(self, weights: np.ndarray) -> int:
+        """As :meth:`CollectorPool.publish_weights <unilab_gym.runtime.pool.CollectorPool.publish_weights>`: a copy."""
         if weights.shape != (self.setup.weights_size,):
             raise ValueError(f"weights must have shape ({self.setup.weights_size},), got {weights.shape}")
         self._version += 1
@@ -327,11 +330,13 @@ class InlineCollectorPool(CollectorPool):
 
     @property
     def weight_version(self) -> int:
+        """Newest published version (0 before the first :meth:`publish_weights`)."""
         return self._version
 
     # ------------------------------------------------------------------ counters, status, waiting
     @property
     def counters(self) -> CounterTable:
+        """The in-process counter table (:attr:`control`)."""
         return self.control
 
     def _locations(self) -> list[tuple[str, int | None]]:

@@ -68,6 +68,7 @@ class ProcessCollectorPool(CollectorPool):
     """
 
     def __init__(self, setup: CollectorSetup, start_method: str = "spawn"):
+        """Create the shared weights and counters; no process starts yet (arguments: see the class docstring)."""
         super().__init__(setup)
         self._ctx: BaseContext = mp.get_context(start_method)
         self._weights = SharedWeights(setup.weights_size)
@@ -85,6 +86,7 @@ class ProcessCollectorPool(CollectorPool):
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        """Put the policy in a shared segment and start one process per collector (once)."""
         if self._procs:
             return
         payload = self.setup.policy_bytes()
@@ -105,8 +107,8 @@ class ProcessCollectorPool(CollectorPool):
             policy=(self._policy_segment.name, self._policy_bytes),
             parent_pid=os.getpid(),
         )
-        reader, writer = self._ctx.Pipe(duplex=False)  # type: ignore[attr-defined]  # BaseContext's are dynamic
-        proc = self._ctx.Process(  # type: ignore[attr-defined]
+        reader, writer = self._ctx.Pipe(duplex=False)
+        proc = self._ctx.Process(  # type: ignore[attr-defined]  # each concrete context defines Process
             target=collector_main,
             args=(spec, self._weights.handle, self._control.handle, writer),
             name=f"unilab-collector-{c}",
@@ -160,14 +162,17 @@ class ProcessCollectorPool(CollectorPool):
 
     # ------------------------------------------------------------------ weights, counters, status
     def publish_weights(self, weights: np.ndarray) -> int:
+        """Write ``weights`` into the shared weights as the next version; return that version."""
         return self._weights.publish(weights)
 
     @property
     def weight_version(self) -> int:
+        """Newest published version (0 before the first :meth:`publish_weights`)."""
         return self._weights.version
 
     @property
     def counters(self) -> SharedCounters:
+        """The shared counter table the collector processes write."""
         return self._control
 
     def _locations(self) -> list[tuple[str, int | None]]:
@@ -177,9 +182,11 @@ class ProcessCollectorPool(CollectorPool):
 
     # ------------------------------------------------------------------ faults and waiting
     def wait(self, timeout: float) -> None:
+        """Block until a collector's pipe has a report or a process exits, at most ``timeout`` s."""
         wait(self._conns + [p.sentinel for p in self._procs], timeout=timeout)
 
     def poll(self) -> Reports:
+        """Read every pipe with a report and handle deaths and hangs (see :meth:`CollectorPool.poll`)."""
         reports = Reports()
         ready = wait(self._conns + [p.sentinel for p in self._procs], timeout=0)
         hung = self.hung_collectors() if self._procs else {}
@@ -240,7 +247,7 @@ class ProcessCollectorPool(CollectorPool):
         signalled = code is not None and code < 0
         started = bool(self._control.rows[c, READY])
         message = f"collector {c} (pid {proc.pid}) " + ("died unexpectedly" if started else "exited while starting")
-        message += f" with exit code {code}" + (f" (killed by signal {-code})" if signalled else "")
+        message += f" with exit code {code}" + (f" (killed by signal {-code})" if code is not None and code < 0 else "")
         if not started and not signalled:
             message += (
                 ", before it could report an error (its traceback is on stderr above). Usual causes: the script "

@@ -95,6 +95,7 @@ class ReplayStage:
     """
 
     def __init__(self, writer: Any, num_envs: int):  # a Writer whose sink is "replay"
+        """Create the stage ring and point a copy of ``writer`` at it (arguments: see the class docstring)."""
         from unilab_gym.replay import ReplayStorage
 
         handle = writer.replay
@@ -109,6 +110,7 @@ class ReplayStage:
         return self._ring.committed - self._taken
 
     def ready(self, row: np.ndarray) -> bool:
+        """Whether at least ``EXCHANGE_MIN_STEPS`` steps of rows are staged (worth an exchange)."""
         return self.staged(row) >= EXCHANGE_MIN_STEPS * self._num_envs
 
     def limit_budget(self, budget: int, total: int, row: np.ndarray) -> int:
@@ -117,6 +119,7 @@ class ReplayStage:
         return min(budget, total + room - self._num_envs + 1)
 
     def limit_granted(self, granted: int) -> int:
+        """``granted`` unchanged (off-policy collectors get no rollouts)."""
         return granted
 
     def attached(self) -> None:
@@ -133,6 +136,7 @@ class ReplayStage:
         return {"rows": rows}
 
     def close(self) -> None:
+        """Close the stage ring (its segment is unlinked)."""
         self._ring.close()
 
 
@@ -161,6 +165,7 @@ class RolloutStage:
     """
 
     def __init__(self, writer: Any, num_envs: int, index: int, rollouts_done: int):
+        """Create the slots and point a copy of ``writer`` at column 0 of them (arguments: see the class docstring)."""
         from unilab_gym.runtime.rollout import RolloutStorage
 
         h = writer.rollouts
@@ -170,9 +175,11 @@ class RolloutStage:
         self._shipped = rollouts_done
 
     def ready(self, row: np.ndarray) -> bool:
+        """Whether a finished rollout has not been taken yet."""
         return int(row[ROLLOUTS]) > self._shipped
 
     def limit_budget(self, budget: int, total: int, row: np.ndarray) -> int:
+        """``budget`` unchanged (on-policy collectors write no transitions)."""
         return budget
 
     def attached(self) -> None:
@@ -205,6 +212,7 @@ class RolloutStage:
         return block
 
     def close(self) -> None:
+        """Close the rollout slots."""
         self._slots.close()
 
 
@@ -225,6 +233,7 @@ class StagedCollector(Collector):
     def __init__(
         self, spec: CollectorSpec, env: Any, policy: Any, actor: CollectorActor, stage: ReplayStage | RolloutStage
     ):
+        """A collector on ``actor``'s counters, weights and outbox, writing into ``stage``."""
         super().__init__(spec, env, policy, actor.weights, actor.control, actor.outbox)
         self._stage = stage
         self._wake = actor.wake
@@ -249,9 +258,11 @@ class StagedCollector(Collector):
         return alive
 
     def budget(self) -> int:
+        """The learner's budget, lowered so that the next step never overwrites a staged row not yet taken."""
         return self._stage.limit_budget(super().budget(), self.total_transitions(), self.row)
 
     def granted(self) -> int:
+        """The learner's grant, lowered so that a rollout starts only in a slot already taken."""
         return int(self._stage.limit_granted(super().granted()))
 
 
@@ -269,6 +280,7 @@ class CollectorActor:
     def __init__(
         self, spec: CollectorSpec, policy_bytes: bytes, row: np.ndarray, num_collectors: int, weights_size: int
     ):
+        """Set up the actor's counters (from ``row``), weights and outbox (arguments: see the class docstring)."""
         import ray
 
         self.spec = spec

@@ -113,6 +113,7 @@ class RayCollectorPool(CollectorPool):
     """
 
     def __init__(self, setup: CollectorSetup, ray_address: str | None = None, collector_resources: Any = None):
+        """Check the arguments and initialise Ray if needed; no actor starts yet (see the class docstring)."""
         ray = import_ray()
         resources = check_resources(collector_resources)
         self._resources = dict(resources)
@@ -168,6 +169,7 @@ class RayCollectorPool(CollectorPool):
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        """Put the policy in the object store, attach the learner's storage and start one actor per collector."""
         if self._actors:
             return
         self._policy_ref = self._ray.put(self.setup.policy_bytes())  # one copy in the object store for every actor
@@ -202,8 +204,10 @@ class RayCollectorPool(CollectorPool):
         self._table.rows[c, PROGRESS_NS] = time.monotonic_ns()  # its heartbeat runs from now: start-up counts
 
     def close(self) -> None:
-        """Stop every actor (``JOIN_TIMEOUT_S`` to return from its loop, then ``ray.kill``); shut Ray down if
-        the pool started it. Idempotent."""
+        """Stop every actor; shut Ray down if the pool started it. Idempotent.
+
+        Each actor gets ``JOIN_TIMEOUT_S`` to return from its loop, then ``ray.kill``.
+        """
         if self._closed:
             return
         self._closed = True
@@ -236,6 +240,7 @@ class RayCollectorPool(CollectorPool):
 
     # ------------------------------------------------------------------ weights and signals
     def publish_weights(self, weights: np.ndarray) -> int:
+        """Put ``weights`` in the object store as the next version (sent with the next requests); return it."""
         self._version += 1
         self._weights_ref = self._ray.put(np.asarray(weights, np.float32))
         self._weights_nbytes = int(np.asarray(weights).nbytes)
@@ -243,11 +248,13 @@ class RayCollectorPool(CollectorPool):
 
     @property
     def weight_version(self) -> int:
+        """Newest published version (0 before the first :meth:`publish_weights`)."""
         return self._version
 
     # ------------------------------------------------------------------ counters and status
     @property
     def counters(self) -> CounterTable:
+        """The learner's copy of the counter table, updated from the actors' exchange results."""
         return self._table
 
     @property
@@ -288,6 +295,7 @@ class RayCollectorPool(CollectorPool):
         return self.ingest_stats.total_cpu_seconds
 
     def wait(self, timeout: float) -> None:
+        """Block until an exchange result is ready or an actor's loop returns, at most ``timeout`` s."""
         refs = list(self._in_flight) + [r for r in self._run_refs if r is not None]
         if refs:
             self.ingest_stats.begin()
@@ -319,6 +327,7 @@ class RayCollectorPool(CollectorPool):
         return value
 
     def poll(self) -> Reports:
+        """Ingest the exchange results that arrived, handle faults and send new requests (see the module docstring)."""
         reports = Reports()
         if not self._actors:
             return reports
@@ -425,7 +434,9 @@ class RayCollectorPool(CollectorPool):
 
     def _ingest_rows(self, c: int, rows: np.ndarray) -> tuple[int, int]:
         """Copy ``rows`` ((n, width) float32) into a reservation of the learner's replay; count them.
-        Returns ``(bytes, transitions)``."""
+
+        Returns ``(bytes, transitions)``.
+        """
         storage, n = self._replay, len(rows)
         assert storage is not None, "ingesting rows into a pool of the rollout sink"
         res = storage.reserve(n)
@@ -439,7 +450,9 @@ class RayCollectorPool(CollectorPool):
 
     def _ingest_rollout(self, c: int, data: dict[str, Any]) -> tuple[int, int]:
         """Copy rollout ``data["rollout"]`` into collector ``c``'s env columns of its slot; count it.
-        Returns ``(bytes, transitions)``."""
+
+        Returns ``(bytes, transitions)``.
+        """
         from unilab_gym.runtime.rollout import SLOTS
 
         storage, k = self._rollouts, int(data["rollout"])
