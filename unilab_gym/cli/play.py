@@ -233,8 +233,10 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 def record(env: Any, venv: Any, model: BaseAlgorithm | None, out: Path, steps: int, args: argparse.Namespace) -> None:
-    """Step ``env`` (an SB3 ``VecEnv`` of one env over ``venv``) ``steps`` times with ``model``'s actions (random
-    ones for ``None``), write every ``args.every``-th frame to ``out`` and print the return."""
+    """Step ``env`` ``steps`` times with ``model``'s actions, write every ``args.every``-th frame to ``out``.
+
+    ``env`` is an SB3 ``VecEnv`` of one env over ``venv``; ``model=None`` takes random actions. Prints the return.
+    """
     fps = venv.metadata["render_fps"] / args.every
     rng = np.random.default_rng(args.seed)
     obs = env.reset()

@@ -54,6 +54,7 @@ class Camera:
     """Far clipping distance in m."""
 
     def __post_init__(self) -> None:
+        """Check and convert the fields (``ValueError`` naming the field)."""
         if self.follow not in FOLLOW:
             raise ValueError(f"Camera: follow must be one of {list(FOLLOW)}, got {self.follow!r}")
         offset = np.asarray(self.offset, dtype=np.float64) if _is_triple(self.offset) else None

@@ -63,6 +63,7 @@ class TerrainSet:
 
     def __init__(self, p: Any, client: int, robots: list[int], links: list[int], friction: float,
                  visual: bool = False):  # fmt: skip
+        """Start with no tiles (arguments: see the class docstring)."""
         self._p = p
         self._c = client
         self._robots = robots
@@ -177,8 +178,10 @@ class TerrainSet:
         self._display = (body, *key)
 
     def contact_points(self) -> list[tuple]:
-        """Every tile-robot contact point of the last physics step (pybullet ``getContactPoints`` tuples, body A the
-        tile, body B its robot, link B the robot's link)."""
+        """Every tile-robot contact point of the last physics step.
+
+        As pybullet ``getContactPoints`` tuples: body A the tile, body B its robot, link B the robot's link.
+        """
         p, c = self._p, self._c
         points: list[tuple] = []
         for body in self.tiles:

@@ -86,6 +86,7 @@ class QuadrotorRewardWeights:
     alive: float = 2.0
 
     def __post_init__(self) -> None:
+        """Check that every weight is a finite real number (raises ``ValueError`` naming it)."""
         for f in fields(self):
             object.__setattr__(self, f.name, check_real(f"reward_weights[{f.name!r}]", getattr(self, f.name)))
 
@@ -106,6 +107,7 @@ class QuadrotorTermination:
     """``too_far``: the base is farther than this in m from the target."""
 
     def __post_init__(self) -> None:
+        """Check that every value is positive (raises ``ValueError`` naming it)."""
         for f in fields(self):
             object.__setattr__(self, f.name, check_positive(f"termination[{f.name!r}]", getattr(self, f.name)))
 
@@ -241,8 +243,11 @@ def rotation_matrices(quat: np.ndarray) -> np.ndarray:
 
 
 def motor_rpm(action: np.ndarray, action_scale: float, rotors: RotorModel = CF2X_ROTORS) -> np.ndarray:
-    """(N, 4) rotor speeds in rpm of (N, 4) actions in [-1, 1]: ``hover_rpm * (1 + action_scale * a)``, clipped to
-    [0, ``max_rpm``] (the zero action hovers; gym-pybullet-drones' ``ActionType.RPM`` with 0.05 for 0.2)."""
+    """(N, 4) rotor speeds in rpm of (N, 4) actions in [-1, 1].
+
+    ``hover_rpm * (1 + action_scale * a)``, clipped to [0, ``max_rpm``] (the zero action hovers;
+    gym-pybullet-drones' ``ActionType.RPM`` with 0.05 for 0.2).
+    """
     return np.clip(rotors.hover_rpm * (1.0 + action_scale * action), 0.0, rotors.max_rpm)
 
 
@@ -271,6 +276,7 @@ class QuadrotorTask(Task):
     config: QuadrotorConfig
 
     def __init__(self, num_envs: int, config: QuadrotorConfig):
+        """Set up ``num_envs`` envs of ``config`` (as :class:`~unilab_gym.tasks.base.Task`)."""
         super().__init__(num_envs, config)
         self.rotors = CF2X_ROTORS
         #: (N, 3) float64: each episode's start (world frame, m), where its target is measured from.
@@ -307,9 +313,11 @@ class QuadrotorTask(Task):
         self._fresh[idx] = True
 
     def forces(self, state: RobotState, action: np.ndarray) -> np.ndarray:
-        """(N, 6) base-frame wrench of the rotors (:meth:`RotorModel.wrench <unilab_gym.sim.rotor.RotorModel.wrench>`)
-        at :func:`motor_rpm` of ``action``, or (``thrust_rates``) at the rate loop's speeds, from the body rates of
-        ``state``."""
+        """(N, 6) base-frame wrench of the rotors for ``action``.
+
+        :meth:`RotorModel.wrench <unilab_gym.sim.rotor.RotorModel.wrench>` at :func:`motor_rpm` of ``action``, or
+        (``thrust_rates``) at the rate loop's speeds, from the body rates of ``state``.
+        """
         config = self.config
         if config.action_mode == "motor_speed":
             return self.rotors.wrench(motor_rpm(action, config.action_scale, self.rotors))
