@@ -30,8 +30,9 @@ SINGLE_RESET_OPTIONS = ("episode_seed",)
 
 
 class QuadrupedEnv(gym.Env):
-    """One quadruped (a Unitree A1 by default; ``robot=`` picks another, see :mod:`unilab_gym.robots`) following a
-    velocity command (see :class:`UniLabVectorEnv` for the task).
+    """One quadruped following a velocity command (see :class:`UniLabVectorEnv` for the task).
+
+    A Unitree A1 by default; ``robot=`` picks another (see :mod:`unilab_gym.robots`).
 
     ``observation_space``: Box(-inf, inf, (48,), float32); ``action_space``: Box(-1, 1, (12,), float32).
     ``reward`` is a float, ``info["reward_terms"]`` a dict of the weighted terms (floats).
@@ -54,6 +55,7 @@ class QuadrupedEnv(gym.Env):
     vector_env_type: type[UniLabVectorEnv] = UniLabVectorEnv
 
     def __init__(self, render_mode: str | None = None, **kwargs: Any):
+        """Check the arguments and make a one-env vector env (arguments and errors: see the class docstring)."""
         owner = type(self).__name__
         for key in ("num_envs", "autoreset_mode", "envs_per_cluster"):
             if key in kwargs:
@@ -82,8 +84,10 @@ class QuadrupedEnv(gym.Env):
 
     @property
     def task_config(self) -> dict[str, Any]:
-        """The arguments that determine the trajectories (:attr:`UniLabVectorEnv.task_config`), JSON-able:
-        ``QuadrupedEnv(**env.task_config)`` makes an env that follows the same ones."""
+        """The arguments that determine the trajectories (:attr:`UniLabVectorEnv.task_config`), JSON-able.
+
+        ``QuadrupedEnv(**env.task_config)`` makes an env that follows the same ones.
+        """
         return self._vec.task_config
 
     def __reduce_ex__(self, protocol: Any) -> Any:
