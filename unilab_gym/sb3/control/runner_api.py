@@ -10,20 +10,28 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from unilab_gym.sb3.control.controller import Controller
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    from unilab_gym.runtime.metrics import RunnerMetrics
+    from unilab_gym.runtime.pool import CollectorPool
+    from unilab_gym.sb3.control.server import ControlServer
+    from unilab_gym.sb3.loops.base import LearnerLoop
 
 
 class RunnerControl:
     """Live hyperparameters, snapshots, rollback and the control server of an ``AsyncRunner``."""
 
     _controller: Controller
-    _control_server: Any = None
-    _loop: Any
-    _pool: Any
-    metrics: Any
-    model: Any
+    _control_server: ControlServer | None = None
+    _loop: LearnerLoop
+    _pool: CollectorPool
+    metrics: RunnerMetrics
+    model: BaseAlgorithm
 
     def _start_control(
         self,
