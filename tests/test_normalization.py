@@ -9,13 +9,8 @@ from gymnasium import spaces
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-from unilab_gym.runtime.normalization import (
-    CollectorNormalizer,
-    Moments,
-    NormalizationSpec,
-    merge_moments,
-    pack_statistics,
-)
+from unilab_gym.runtime.normalization import CollectorNormalizer, Moments, NormalizationSpec
+from unilab_gym.sb3.normalization import merge_moments, normalization_spec, pack_statistics
 
 OBS_DIM = 5
 
@@ -77,7 +72,7 @@ def test_packed_statistics_round_trip_bit_for_bit_and_normalize_as_vecnormalize(
     rng = np.random.default_rng(1)
     vn.obs_rms.update(rng.normal(2.0, 3.0, (100, OBS_DIM)))
     vn.ret_rms.update(rng.normal(0.0, 5.0, 100))
-    spec = NormalizationSpec.of(vn)
+    spec = normalization_spec(vn)
     assert spec == NormalizationSpec(OBS_DIM, True, True, 10.0, 10.0, 1e-8, 0.97)
     packed = np.empty(spec.size, np.float32)
     pack_statistics(vn, packed)
@@ -93,7 +88,7 @@ def test_reward_normalization_matches_vecnormalize_step_by_step():
     """With frozen statistics, rewards are normalized as VecNormalize does, returns reset where episodes end."""
     vn = _vec_normalize()
     vn.ret_rms.update(np.array([0.3, -1.2, 2.0]))
-    spec = NormalizationSpec.of(vn)
+    spec = normalization_spec(vn)
     packed = np.empty(spec.size, np.float32)
     pack_statistics(vn, packed)
     col = CollectorNormalizer(spec, 2)
@@ -114,7 +109,7 @@ def test_reward_normalization_matches_vecnormalize_step_by_step():
 
 def test_merge_moments_updates_both_statistics_of_the_model_env():
     vn = _vec_normalize()
-    spec = NormalizationSpec.of(vn)
+    spec = normalization_spec(vn)
     col = CollectorNormalizer(spec, 2)
     col.observe(np.ones((2, OBS_DIM)))
     col.normalize_reward(np.array([1.0, 2.0]), np.array([False, False]))
@@ -128,4 +123,29 @@ def test_dict_or_image_observations_are_refused_with_the_fix():
 
     vn = VecNormalize(DummyVecEnv([Image]))
     with pytest.raises(ValueError, match="FlattenObservation"):
-        NormalizationSpec.of(vn)
+        normalization_spec(vn)
+
+
+def test_collector_moments_are_bit_for_bit_those_of_sb3_running_mean_std():
+    # the collector side accumulates without importing SB3; it must agree with RunningMeanStd(epsilon=0) exactly
+    spec = NormalizationSpec(OBS_DIM, True, True, 10.0, 10.0, 1e-8, 0.99)
+    col = CollectorNormalizer(spec, num_envs=3)
+    obs_ref, ret_ref = RunningMeanStd(epsilon=0.0, shape=(OBS_DIM,)), RunningMeanStd(epsilon=0.0, shape=())
+    rng = np.random.default_rng(3)
+    returns = np.zeros(3)
+    for _ in range(6):
+        obs = rng.normal(2.0, 3.0, (3, OBS_DIM))
+        reward = rng.normal(size=3)
+        dones = rng.random(3) < 0.3
+        col.observe(obs)
+        obs_ref.update(obs)
+        col.normalize_reward(reward, dones)
+        returns = returns * 0.99 + reward
+        ret_ref.update(returns)
+        returns[dones] = 0.0
+    obs_m, ret_m = col.take_moments()
+    for got, ref in ((obs_m, obs_ref), (ret_m, ret_ref)):
+        assert got.count == ref.count
+        assert np.array_equal(got.mean, ref.mean) and np.array_equal(got.var, ref.var)
+    empty, _ = col.take_moments()
+    assert empty.count == 0.0

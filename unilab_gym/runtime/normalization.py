@@ -1,4 +1,4 @@
-"""Observation (and reward) normalization under ``AsyncRunner``: SB3's ``VecNormalize``, split in two.
+"""Observation (and reward) normalization under ``AsyncRunner``, collector side: SB3's ``VecNormalize``, split in two.
 
 The learner's model keeps its ``VecNormalize`` (``model.get_vec_normalize_env()``), which is never
 stepped: it is the single source of truth for the statistics, the one ``VecNormalize.save``
@@ -7,7 +7,7 @@ writes and ``unilab-gym play`` / :func:`unilab_gym.evaluation.evaluate_gait` loa
 - **Learner -> collectors.** The statistics a collector normalizes with (``obs_rms.mean``,
   ``obs_rms.var``, ``ret_rms.var``; float64) travel with the policy weights, in the same
   published vector, so they carry the same version number: a collector acting with weights of
-  version ``v`` normalizes with the statistics of version ``v``. :func:`pack_statistics` /
+  version ``v`` normalizes with the statistics of version ``v``. :func:`unilab_gym.sb3.normalization.pack_statistics` /
   :meth:`CollectorNormalizer.load` encode and decode them bit for bit (float64 stored as pairs
   of float32 words).
 - **Collectors -> learner.** Each collector accumulates the moments (count, mean, variance) of
@@ -47,44 +47,10 @@ class NormalizationSpec:
     epsilon: float
     gamma: float
 
-    @classmethod
-    def of(cls, vec_normalize: Any) -> NormalizationSpec:
-        """The spec of an SB3 ``VecNormalize``.
-
-        Raises:
-            ValueError: the observation space is not a flat ``Box`` (dict observations are not supported).
-        """
-        from gymnasium import spaces
-
-        space = vec_normalize.observation_space
-        if not isinstance(space, spaces.Box) or len(space.shape) != 1:
-            raise ValueError(
-                f"AsyncRunner supports VecNormalize on flat Box observations, got {space}; "
-                "flatten the observations (gymnasium.wrappers.FlattenObservation) or train without VecNormalize"
-            )
-        return cls(
-            obs_dim=int(space.shape[0]),
-            norm_obs=bool(vec_normalize.norm_obs),
-            norm_reward=bool(vec_normalize.norm_reward),
-            clip_obs=float(vec_normalize.clip_obs),
-            clip_reward=float(vec_normalize.clip_reward),
-            epsilon=float(vec_normalize.epsilon),
-            gamma=float(vec_normalize.gamma),
-        )
-
     @property
     def size(self) -> int:
         """float32 words of the packed statistics (2 per float64: obs mean, obs var, return var)."""
         return 2 * (2 * self.obs_dim + 1)
-
-
-def pack_statistics(vec_normalize: Any, out: np.ndarray) -> None:
-    """Write ``obs_rms.mean``, ``obs_rms.var``, ``ret_rms.var`` (float64) into ``out`` ((size,) float32) bit for bit."""
-    words = out.view(np.float64)
-    n = vec_normalize.obs_rms.mean.size
-    words[:n] = vec_normalize.obs_rms.mean
-    words[n : 2 * n] = vec_normalize.obs_rms.var
-    words[2 * n] = float(np.asarray(vec_normalize.ret_rms.var).reshape(-1)[0])
 
 
 @dataclass
@@ -106,21 +72,43 @@ class Moments:
 
 
 class _Accumulator:
-    """Moments of the batches seen since the last :meth:`take` (an SB3 ``RunningMeanStd`` that starts empty)."""
+    """Moments of the batches seen since the last :meth:`take`: SB3's ``RunningMeanStd(epsilon=0.0)``, in numpy.
+
+    The same operations in the same order as ``RunningMeanStd.update`` / ``update_from_moments``
+    (SB3 2.x, ``stable_baselines3/common/running_mean_std.py``; the parallel algorithm of Chan,
+    Golub and LeVeque 1979), so the moments are bit for bit SB3's; written here so the transport
+    (``runtime/``) does not import a framework.
+    """
 
     def __init__(self, shape: tuple[int, ...]):
-        from stable_baselines3.common.running_mean_std import RunningMeanStd
-
         self._shape = shape
-        self._new = lambda: RunningMeanStd(epsilon=0.0, shape=shape)
-        self._rms = self._new()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._mean = np.zeros(self._shape, np.float64)
+        self._var = np.ones(self._shape, np.float64)
+        self._count = 0.0
 
     def update(self, batch: np.ndarray) -> None:
-        self._rms.update(batch)
+        """Count a batch (B, *shape) in."""
+        batch_mean = np.mean(batch, axis=0)
+        batch_var = np.var(batch, axis=0)
+        batch_count = batch.shape[0]
+        delta = batch_mean - self._mean
+        tot_count = self._count + batch_count
+        new_mean = self._mean + delta * batch_count / tot_count
+        m_a = self._var * self._count
+        m_b = batch_var * batch_count
+        m_2 = m_a + m_b + np.square(delta) * self._count * batch_count / (self._count + batch_count)
+        self._var = m_2 / (self._count + batch_count)
+        self._mean = new_mean
+        self._count = batch_count + self._count
 
     def take(self) -> Moments:
-        rms, self._rms = self._rms, self._new()
-        return Moments(float(rms.count), np.asarray(rms.mean, np.float64), np.asarray(rms.var, np.float64))
+        """The moments since the last call (count 0, mean 0, variance 1 if none), and start again."""
+        out = Moments(float(self._count), np.asarray(self._mean, np.float64), np.asarray(self._var, np.float64))
+        self._reset()
+        return out
 
 
 class CollectorNormalizer:
@@ -132,6 +120,7 @@ class CollectorNormalizer:
     """
 
     def __init__(self, spec: NormalizationSpec, num_envs: int):
+        """Start from identity statistics and empty accumulators (arguments: see the class docstring)."""
         self.spec = spec
         self._mean = np.zeros(spec.obs_dim)
         self._var = np.ones(spec.obs_dim)
@@ -179,9 +168,3 @@ class CollectorNormalizer:
     def take_moments(self) -> tuple[Moments, Moments]:
         """The (observation, return) moments since the last call, for the learner to merge."""
         return self._obs.take(), self._ret.take()
-
-
-def merge_moments(vec_normalize: Any, obs: Moments, returns: Moments) -> None:
-    """Learner side: merge a collector's moments into the model's ``VecNormalize`` (``obs_rms``, ``ret_rms``)."""
-    obs.merge_into(vec_normalize.obs_rms)
-    returns.merge_into(vec_normalize.ret_rms)

@@ -45,8 +45,11 @@ def _object_array(items: Sequence[Any]) -> np.ndarray:
 
 
 def _rows(obs: Any, ids: np.ndarray) -> np.ndarray:
-    """Rows ``ids`` of the observation; for a dict observation (``privileged_obs=True``), an (R,) object array of
-    one dict per env, as ``DummyVectorEnv`` stacks single envs' dict observations (Tianshou's ``Batch`` stacks it)."""
+    """Rows ``ids`` of the observation.
+
+    For a dict observation (``privileged_obs=True``), an (R,) object array of one dict per env, as ``DummyVectorEnv``
+    stacks single envs' dict observations (Tianshou's ``Batch`` stacks it).
+    """
     if isinstance(obs, dict):
         return _object_array([{k: v[j] for k, v in obs.items()} for j in ids.tolist()])
     return obs[ids]
@@ -85,6 +88,7 @@ class TianshouVectorEnv(BaseVectorEnv):
     """
 
     def __init__(self, venv: UniLabVectorEnv):
+        """Check ``venv`` and wrap it (arguments and errors: see the class docstring)."""
         if not isinstance(venv, UniLabVectorEnv):
             raise TypeError(f"TianshouVectorEnv wraps a UniLabVectorEnv, got {type(venv).__name__}")
         if venv.autoreset_mode == AutoresetMode.SAME_STEP:
@@ -229,11 +233,11 @@ class TianshouVectorEnv(BaseVectorEnv):
             full[ids] = action
         except (TypeError, ValueError):
             raise ValueError(f"actions must have shape {(len(ids), *self._action_shape)}, got {action.shape}") from None
-        idle = np.ones(self.env_num, dtype=bool)
-        idle[ids] = False
-        # the idle envs advance with zero actions (and are marked stale), finished or not
-        obs, rew, terminated, truncated, info = self.venv._step(full, allow_finished=idle)
-        self._stale |= idle
+        active = np.zeros(self.env_num, dtype=bool)
+        active[ids] = True
+        # a partial step: the other envs idle (their robots are simulated with a zero action, so they are stale)
+        obs, rew, terminated, truncated, info = self.venv.step(full, active=active)
+        self._stale |= ~active
         infos = unbatch_infos(info, self.env_num)
         for j in ids.tolist():
             infos[j]["env_id"] = j

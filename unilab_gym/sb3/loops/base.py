@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from unilab_gym.runtime.normalization import NormalizationSpec, merge_moments, pack_statistics
 from unilab_gym.runtime.weights import flatten_into, vector_size
+from unilab_gym.sb3.normalization import merge_moments, normalization_spec, pack_statistics
 
 if TYPE_CHECKING:
     from unilab_gym.runtime.collector import Writer
@@ -53,13 +53,14 @@ class LearnerLoop(ABC):
     boundary: Callable[[], None] | None = None
 
     def __init__(self, model: Any, policy: Any):
+        """Claim ``model`` and size the published weight vector (arguments: see the class docstring)."""
         if model in _DRIVEN:
             raise ValueError("this model is driven by another AsyncRunner that is still open; close that one first")
         self.model = model
         self.policy = policy
         self._params = list(policy.state_dict().values())
         self._vec_normalize = model.get_vec_normalize_env()
-        self.normalization = None if self._vec_normalize is None else NormalizationSpec.of(self._vec_normalize)
+        self.normalization = None if self._vec_normalize is None else normalization_spec(self._vec_normalize)
         self._params_size = vector_size(self._params)
         #: float32 values of the published weight vector: the parameters, then any normalization statistics.
         self.weights_size = self._params_size + (0 if self.normalization is None else self.normalization.size)

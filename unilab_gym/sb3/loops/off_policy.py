@@ -28,11 +28,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from unilab_gym.runtime.collector import Collector, autoreset_mode_of, obs_copy, obs_rows, obs_tensor
+from unilab_gym.runtime.collector import Collector, Sink, autoreset_mode_of, obs_copy, obs_rows, obs_tensor
 from unilab_gym.runtime.control import STEP_CALLS, TRANSITIONS
 from unilab_gym.runtime.metrics import ReplayInfo
 from unilab_gym.runtime.normalization import NormalizationSpec
@@ -60,7 +60,7 @@ class ReplayWriter:
     """
 
     #: where this writer writes (:attr:`~unilab_gym.runtime.collector.Writer.sink`).
-    sink: ClassVar[Literal["replay"]] = "replay"
+    sink: ClassVar[Sink] = "replay"
     replay: ReplayHandle
     algo: str
     action_noise: Any = None

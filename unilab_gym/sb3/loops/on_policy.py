@@ -53,13 +53,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
 
-from unilab_gym.runtime.collector import Collector, autoreset_mode_of, obs_tensor
+from unilab_gym.runtime.collector import Collector, Sink, autoreset_mode_of, obs_tensor
 from unilab_gym.runtime.control import ROLLOUTS, STEP_CALLS, TRANSITIONS
 from unilab_gym.runtime.normalization import NormalizationSpec
 from unilab_gym.runtime.pool import check_env_count
@@ -77,7 +77,7 @@ class RolloutWriter:
     """Collector side: collect granted rollouts with the policy, write them into env columns ``column ..``."""
 
     #: where this writer writes (:attr:`~unilab_gym.runtime.collector.Writer.sink`).
-    sink: ClassVar[Literal["rollout"]] = "rollout"
+    sink: ClassVar[Sink] = "rollout"
     rollouts: RolloutHandle
     column: int
     gamma: float
@@ -88,7 +88,8 @@ class RolloutWriter:
         """Collect each granted rollout with the policy into this writer's env columns, until ``c`` stops."""
         import torch
 
-        env, policy, row, norm = c.env, c.policy, c.row, c.normalizer
+        env, row, norm = c.env, c.row, c.normalizer
+        policy: Any = c.policy  # an SB3 ActorCriticPolicy (forward, predict_values)
         mode = autoreset_mode_of(env)
         if mode != "SameStep":
             raise ValueError(
