@@ -20,16 +20,20 @@ the run goes on. If the step fails with the old values too, the error is not the
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from unilab_gym.sb3.control.hyperparams import Hyperparameters
 from unilab_gym.sb3.control.snapshots import SnapshotStore
+
+if TYPE_CHECKING:
+    from unilab_gym.sb3.loops.base import LearnerLoop
 
 T = TypeVar("T")
 
@@ -56,9 +60,9 @@ class Controller:
     def __init__(
         self,
         model: Any,
-        loop: Any = None,
+        loop: LearnerLoop | None = None,
         *,
-        snapshot_dir: Any = None,
+        snapshot_dir: str | os.PathLike[str] | None = None,
         snapshot_on_change: bool = False,
         after_restore: Callable[[], None] | None = None,
         status: Callable[[], dict[str, Any]] | None = None,
