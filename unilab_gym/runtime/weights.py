@@ -35,12 +35,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from unilab_gym.shm import Segment
 from unilab_gym.validation import check_positive_int
+
+if TYPE_CHECKING:
+    import torch
 
 _VERSION, _SIZE, _SEQ0, _TIME0 = 0, 1, 2, 4
 _HEADER_INTS = 8
@@ -48,12 +51,12 @@ _HEADER_BYTES = 8 * _HEADER_INTS
 MAX_READ_RETRIES = 10_000
 
 
-def vector_size(tensors: Sequence[Any]) -> int:
+def vector_size(tensors: Sequence[torch.Tensor]) -> int:
     """Float32 values of the vector of ``tensors`` (e.g. ``list(module.state_dict().values())``)."""
     return sum(int(t.numel()) for t in tensors)
 
 
-def flatten_into(tensors: Sequence[Any], out: np.ndarray) -> np.ndarray:
+def flatten_into(tensors: Sequence[torch.Tensor], out: np.ndarray) -> np.ndarray:
     """Copy ``tensors`` (torch tensors, any device) into ``out`` ((vector_size,) float32), in order; return ``out``."""
     offset = 0
     for t in tensors:
@@ -63,7 +66,7 @@ def flatten_into(tensors: Sequence[Any], out: np.ndarray) -> np.ndarray:
     return out
 
 
-def load_flat(tensors: Sequence[Any], flat: np.ndarray) -> None:
+def load_flat(tensors: Sequence[torch.Tensor], flat: np.ndarray) -> None:
     """Copy the start of the vector ``flat`` back into ``tensors`` (in place, in order).
 
     The inverse of :func:`flatten_into`; values after the tensors' total size are left to the caller.
