@@ -37,6 +37,7 @@ from gymnasium.vector.utils import batch_space
 from unilab_gym.latency import StepLatency
 from unilab_gym.memory import check_memory
 from unilab_gym.randomization import PARAMETER_NAMES
+from unilab_gym.registration import env_id_of
 from unilab_gym.sim import a1
 from unilab_gym.sim.camera import Camera
 from unilab_gym.sim.scene import ObjectEpisodes
@@ -192,6 +193,96 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
     #: The task on the seam (a :class:`~unilab_gym.tasks.base.Task` subclass); a subclass of this env sets another.
     task_type: type[Task] = QuadrupedTask
 
+    # The env's state, in three groups (set in __init__). Configuration: fixed once built (the task's values are
+    # read from ``config``, see the properties below; ``max_episode_steps`` alone may change, through set_attr).
+    num_envs: int
+    config: Any  # the task's TaskConfig (task_type.config_type()), e.g. a QuadrupedConfig
+    task_config: dict[str, Any]
+    task: Task
+    autoreset_mode: AutoresetMode
+    privileged_obs: bool
+    render_mode: str | None
+    max_episode_steps: int
+    _clusters: list[tuple[slice, ClusterWorld]]  # (rows, world) of each EIC cluster
+    _external: bool  # task.actuation == "external": forces from task.forces(), no joint PD
+    _kp_nominal: np.ndarray  # (J,) the config's gains and the URDF's torque limits, before randomization
+    _kd_nominal: np.ndarray
+    _torque_limits_nominal: np.ndarray
+    # Per-env episode state: row i is env i's current episode, rewritten when env i resets.
+    episode_step: np.ndarray  # (N,) int64 control steps of the episode
+    episode_seed: np.ndarray  # (N,) int64
+    parameters: np.ndarray  # (N, P) float64 physics parameters
+    kp: np.ndarray  # (N, J) float64 PD gains and torque limits of the episode
+    kd: np.ndarray
+    torque_limits: np.ndarray
+    _env_rngs: list[np.random.Generator | None]  # each env's stream (episode seeds); env_rng / set_env_rng
+    _episode_rngs: list[np.random.Generator | None]  # each episode's stream (pushes)
+    _episode_index: np.ndarray  # (N,) int64 episodes started (-1 before the first)
+    _episode_return: np.ndarray  # (N,) float64
+    _episode_recorded: np.ndarray  # (N,) bool: this episode is in the parameter trace
+    _latency: np.ndarray  # (N,) int64 control steps of action latency
+    _push_every: np.ndarray  # (N,) int64 control steps between pushes, 0 = none
+    _last_action: np.ndarray  # (N, A) float64 the previous applied action (in the observation)
+    _autoreset_envs: np.ndarray  # (N,) bool NEXT_STEP: restart at the next step
+    _finished: np.ndarray  # (N,) bool DISABLED: terminated or truncated since their reset
+    _needs_reset: bool  # no reset() yet
+    _fifo: np.ndarray | None  # (N, max_latency + 1, A) the latency ring of actions, with its head
+    _fifo_head: int
+    # Scratch: buffers and views reused every step (their values mean nothing between steps).
+    _state: RobotState  # (N, ...) robot states, read from the worlds; _state_view its read-only view
+    _state_view: RobotState
+    _obs: np.ndarray  # (N, obs_dim) float32
+    _critic_obs: np.ndarray | None  # (N, critic_obs_dim) float32 with privileged_obs
+    _arange: np.ndarray  # (N,) int64
+    _all_envs: np.ndarray  # (N,) bool, read-only masks
+    _no_envs: np.ndarray
+
+    # ------------------------------------------------------------------ configuration, read from config
+    @property
+    def robot(self) -> Any:
+        """The :class:`~unilab_gym.robots.RobotDescription` every env holds (``config.robot``)."""
+        return self.config.robot
+
+    @property
+    def dt(self) -> Any:
+        """Physics step in s (``config.dt``)."""
+        return self.config.dt
+
+    @property
+    def substeps(self) -> Any:
+        """Physics steps per control step (``config.substeps``)."""
+        return self.config.substeps
+
+    @property
+    def control_dt(self) -> Any:
+        """Control period in s, ``dt * substeps`` (``config.control_dt``)."""
+        return self.config.control_dt
+
+    @property
+    def action_scale(self) -> Any:
+        """Action to joint-target scale (``config.action_scale``, rad per unit action for joint tasks)."""
+        return self.config.action_scale
+
+    @property
+    def domain_randomization(self) -> Any:
+        """The :class:`~unilab_gym.randomization.DomainRandomization` of ``config``."""
+        return self.config.domain_randomization
+
+    @property
+    def reward_weights(self) -> Any:
+        """``config.reward_weights``, or ``None`` for a task without them."""
+        return getattr(self.config, "reward_weights", None)
+
+    @property
+    def termination(self) -> Any:
+        """``config.termination``, or ``None`` for a task without it."""
+        return getattr(self.config, "termination", None)
+
+    @property
+    def init_joint_noise(self) -> Any:
+        """``config.init_joint_noise``, or ``None`` for a task without it."""
+        return getattr(self.config, "init_joint_noise", None)
+
     def __init__(
         self,
         num_envs: int = 1,
@@ -274,6 +365,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             trace_max_records,
             trace_path,
             self.task_config,
+            env_id=env_id_of(type(self)),
             command_dim=task.command_dim,
             condition_names=task.termination_names,
             parameter_names=PARAMETER_NAMES + task.episode_parameter_names,
@@ -643,7 +735,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
     def save_parameter_trace(self, path: str | Path) -> Path:
         """Write :meth:`parameter_trace` (the records in memory) to ``path`` as JSON Lines, after a header
         line with the package versions and :attr:`task_config` (see :mod:`unilab_gym.trace`). Returns the path."""
-        return write_jsonl(path, self.task_config, self.parameter_trace())
+        return write_jsonl(path, self.task_config, self.parameter_trace(), env_id_of(type(self)))
 
     def close_extras(self, **kwargs: Any) -> None:
         """Disconnect every pybullet world and close the ``trace_path`` file (the trace stays readable)."""
@@ -1045,25 +1137,51 @@ class EnvFrames(Sequence):
 
 
 def replay_env(
-    env_config: dict[str, Any], record: dict[str, Any], **env_kwargs: Any
+    env_config: dict[str, Any], record: dict[str, Any], *, env_id: str | None = None, **env_kwargs: Any
 ) -> tuple[UniLabVectorEnv, np.ndarray, dict[str, Any]]:
-    """A fresh 1-env :class:`UniLabVectorEnv` at the start of ``record``'s episode.
+    """A fresh 1-env vector env of the recorded task, at the start of ``record``'s episode.
 
     Args:
-        env_config: the env's ``task_config`` (a trace header's ``"env"``).
-        record: a trace record: its ``parameters`` are fixed (as ``domain_randomization``) and the
-            env is reset with ``options={"episode_seed": record["episode_seed"]}``.
+        env_config: the trace's header (:func:`~unilab_gym.trace.read_jsonl`; its ``"env_id"`` picks the env
+            class, its ``"env"`` is the configuration), or the env's ``task_config`` alone (a header's ``"env"``:
+            then ``env_id`` picks the class).
+        record: a trace record: its physics ``parameters`` are fixed (as ``domain_randomization``), the task's own
+            episode parameters are drawn again from the episode seed (plus the task's
+            :meth:`~unilab_gym.tasks.base.Task.replay_kwargs`, e.g. a rough-terrain level), and the env is reset
+            with ``options={"episode_seed": record["episode_seed"]}``.
+        env_id: the registered id of the env that wrote the trace (:func:`~unilab_gym.registration.vector_env_type`
+            gives its class). Default: the header's ``"env_id"``; ``"UniLab/Quadruped-v0"`` for a ``task_config``
+            alone or a header written before the id was recorded.
         **env_kwargs: other constructor arguments, e.g. ``render_mode="rgb_array"`` or
             ``autoreset_mode="Disabled"`` (neither changes the trajectory).
 
     Returns:
         ``(env, obs, info)``: stepping ``env`` with the episode's actions reproduces it bit for bit.
+
+    Raises:
+        ValueError: ``record`` lacks a physics parameter, or ``env_id`` is not a registered id of a
+            :class:`UniLabVectorEnv` class (named in the message).
     """
-    missing = sorted(set(PARAMETER_NAMES) - set(record.get("parameters", {})))
+    from unilab_gym.registration import QUADRUPED_ID, vector_env_type
+
+    if env_config.get("type") == "header":  # a whole header: its id (None: an unregistered class) and config
+        header_id = env_config.get("env_id", QUADRUPED_ID)
+        env_config = env_config.get("env", {})
+    else:
+        header_id = QUADRUPED_ID
+    env_id = header_id if env_id is None else env_id
+    if env_id is None:
+        raise ValueError(
+            "env_id None: the trace was written by an env class with no registered id; register the class "
+            "(gym.register(id, vector_entry_point=cls)) and pass env_id=id"
+        )
+    env_type = vector_env_type(env_id)
+    parameters = record.get("parameters", {})
+    missing = sorted(set(PARAMETER_NAMES) - set(parameters))
     if missing:
         raise ValueError(f"record has no value for parameter(s) {missing}")
-    physics = {name: record["parameters"][name] for name in PARAMETER_NAMES}  # a task's episode parameters are
-    # drawn again from the episode seed
-    env = UniLabVectorEnv(1, **{**env_config, "domain_randomization": physics, **env_kwargs})
+    physics = {name: parameters[name] for name in PARAMETER_NAMES}
+    task = env_type.task_type.replay_kwargs(parameters)
+    env = env_type(1, **{**env_config, **task, "domain_randomization": physics, **env_kwargs})
     obs, info = env.reset(options={"episode_seed": record["episode_seed"]})
     return env, obs, info

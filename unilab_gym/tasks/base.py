@@ -175,6 +175,15 @@ class Task(ABC):
         initial joint angles (J,) float64 in rad. The engine then draws the physics parameters from the same stream,
         so the number of draws here must not depend on anything but the configuration."""
 
+    @classmethod
+    def replay_kwargs(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        """Configuration changes that make a fresh env's first episode the recorded one, from a trace record's
+        ``parameters`` (the physics parameters and :attr:`episode_parameter_names`): what the episode seed alone does
+        not give, e.g. state the task carries across episodes (a terrain curriculum's level). Default: none
+        (``{}``: every draw of :meth:`sample_episode` comes from the episode seed).
+        :func:`~unilab_gym.vector_env.replay_env` passes them to the env with the trace's configuration."""
+        return {}
+
     @abstractmethod
     def start_episodes(self, idx: np.ndarray) -> None:
         """Clear the task's per-episode state (e.g. feet air times) of envs ``idx`` ((k,) int), which start a new

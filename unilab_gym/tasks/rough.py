@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -221,6 +221,12 @@ class RoughTask(QuadrupedTask):
         )
         self.episode_parameters[env] = (self.terrain_level[env], self.terrain_type[env])
         return joint_pos
+
+    @classmethod
+    def replay_kwargs(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        """``init_terrain_level``: the recorded ``terrain_level`` (the curriculum's, which depends on the env's
+        earlier episodes); the terrain type and tile come from the episode seed."""
+        return {"init_terrain_level": int(parameters["terrain_level"])}
 
     def start_episodes(self, idx: np.ndarray) -> None:
         """Feet air times and the step count back to 0."""
