@@ -158,9 +158,11 @@ def env_id_of(env_type: type) -> str | None:
 
 
 def vector_env_type(env_id: Any) -> type[UniLabVectorEnv]:
-    """The vector env class of ``env_id``: :data:`VECTOR_ENV_TYPES`, or a class registered in this process as the
-    id's ``vector_entry_point`` (the class, or its ``"module:class"`` name). Nothing named in ``env_id`` itself is
-    imported (a trace file is data: ``"module:Id"`` strings are refused, not imported).
+    """The vector env class of ``env_id``.
+
+    From :data:`VECTOR_ENV_TYPES`, or a class registered in this process as the id's ``vector_entry_point`` (the
+    class, or its ``"module:class"`` name). Nothing named in ``env_id`` itself is imported (a trace file is data:
+    ``"module:Id"`` strings are refused, not imported).
 
     Raises:
         ValueError: ``env_id`` is not a string, is not registered, or its vector entry point is not a

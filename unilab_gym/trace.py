@@ -329,8 +329,10 @@ def header(env_config: dict[str, Any], env_id: str | None = None) -> dict[str, A
 def write_jsonl(
     path: str | Path, env_config: dict[str, Any], records: list[dict[str, Any]], env_id: str | None = None
 ) -> Path:
-    """Write a header line (with ``env_id``, the env's registered id) then one line per record to ``path`` (JSON
-    Lines; floats round-trip exactly)."""
+    """Write a header line (with ``env_id``, the env's registered id) then one line per record to ``path``.
+
+    JSON Lines; floats round-trip exactly.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:

@@ -593,7 +593,8 @@ class ClusterWorld:
 
         Args:
             robot: robot index in this world.
-            width, height: image size in pixels.
+            width: image width in pixels.
+            height: image height in pixels.
             camera: where from (:class:`~unilab_gym.sim.camera.Camera`; default the quadruped's view): its target
                 follows this robot's base or its spawn point of the current episode.
             marker: ``None``, or (3,) m relative to the robot's spawn point (world axes): where to draw a red sphere
