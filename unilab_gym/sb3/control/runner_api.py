@@ -57,6 +57,7 @@ class RunnerControl:
         snapshot_on_change: bool,
         metrics_app: Any = None,
     ) -> None:
+        """Make the controller, and the server with ``control_port`` (arguments: see the class docstring)."""
         self.model, self._loop, self._pool, self._metrics = model, loop, pool, metrics
         self._closed = False
         #: the :class:`~unilab_gym.sb3.control.controller.Controller` (applies requests between gradient steps).
