@@ -46,15 +46,15 @@ def compile_header(header: Path, flags: tuple[str, ...] = STRICT) -> Path:
     return binary
 
 
-def run_binary(binary: Path, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``unilab_policy_step`` on each row of ``obs`` ``(n, 48)``: return codes ``(n,)``, ``action`` s ``(n, 12)``."""
+def run_binary(binary: Path, obs: np.ndarray, act_dim: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """``unilab_policy_step`` on each row of ``obs`` ``(n, O)``: return codes ``(n,)``, actions ``(n, act_dim)``."""
     obs = np.ascontiguousarray(obs, np.float32)
     ran = subprocess.run([binary], input=obs.tobytes(), capture_output=True, check=True, timeout=60)
-    rows = np.frombuffer(ran.stdout, np.dtype([("status", np.intc), ("action", np.float32, 12)]))
+    rows = np.frombuffer(ran.stdout, np.dtype([("status", np.intc), ("action", np.float32, act_dim)]))
     assert len(rows) == len(obs)
     return rows["status"].astype(int), rows["action"].copy()
 
 
-def run_header(header: Path, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`compile_header` with the strict flags, then :func:`run_binary`."""
-    return run_binary(compile_header(header), obs)
+def run_header(header: Path, obs: np.ndarray, act_dim: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`compile_header` with the strict flags, then :func:`run_binary` (``act_dim``: the policy's actions)."""
+    return run_binary(compile_header(header), obs, act_dim)

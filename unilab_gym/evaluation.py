@@ -1,8 +1,15 @@
-"""Gait evaluation: what a policy does with the robot, beyond its return.
+"""Policy evaluation: episodes of any task, and what a policy does with a legged robot, beyond its return.
 
-:func:`evaluate_gait` runs ``n_episodes`` episodes of a policy, one per env of ONE
-:class:`~unilab_gym.vector_env.UniLabVectorEnv` (env ``i`` seeded ``seed + i``, so the result is
-the same for a given seed, whatever else ran before), and summarizes them:
+:func:`evaluate_episodes` works for every registered task: one episode per env, its return, length, whether it
+ended ``terminated``, and its success (``info["is_success"]`` at the episode's last step, the Gymnasium-Robotics
+convention) where the task defines one (:class:`EpisodeRecord`).
+
+:func:`evaluate_gait` is for the legged tasks alone (a :class:`~unilab_gym.tasks.quadruped.QuadrupedTask`:
+``UniLab/Quadruped-v0`` and ``UniLab/QuadrupedRough-v0``, with any ``robot=``); another task (an arm, a
+quadrotor: no feet, no velocity command) is refused with a ``ValueError`` naming it. It runs
+``n_episodes`` episodes of a policy, one per env of ONE :class:`~unilab_gym.vector_env.UniLabVectorEnv`
+(env ``i`` seeded ``seed + i``, so the result is the same for a given seed, whatever else ran before),
+and summarizes them:
 
 =======================  =====================================================================
 key                      meaning
@@ -14,13 +21,15 @@ key                      meaning
 ``fall_rate``            fraction of episodes that ended ``terminated`` (a fall), not truncated
 ``duty_factor``          mean fraction of steps each foot is in contact with the ground
 ``cost_of_transport``    ``sum_t P_t / (m g sum_t |v_xy,t|)``: mechanical power
-                         ``P = sum_j |tau_j * qdot_j|`` (W) over mass ``m`` (kg, URDF plus added
-                         mass), ``g = 9.81`` m/s², and planar speed (m/s); dimensionless. The
-                         ratio of sums keeps a robot that stands still finite (large) instead of
-                         dividing by zero per step. Source: the mechanical cost of transport of
-                         Tucker (1975), as used for legged robots by Seok et al. (2015), "Design
-                         principles for energy-efficient legged locomotion", IEEE/ASME T-Mech.
-``base_height_m``        mean base (trunk) height above the ground, m
+                         ``P = sum_j |tau_j * qdot_j|`` (W) over mass ``m`` (kg, URDF of the
+                         env's robot plus added mass), ``g = 9.81`` m/s², and planar speed
+                         (m/s); dimensionless. The ratio of sums keeps a robot that stands
+                         still finite (large) instead of dividing by zero per step. Source:
+                         the mechanical cost of transport of Tucker (1975), as used for legged
+                         robots by Seok et al. (2015), "Design principles for
+                         energy-efficient legged locomotion", IEEE/ASME T-Mech.
+``base_height_m``        mean base (trunk) height above the ground (on rough terrain: above the
+                         terrain under the base, the task's ``base_height``), m
 ``tilt_rad``             mean ``|roll| + |pitch|`` of the base, rad
 ``episodes``             number of episodes (``n_episodes``)
 =======================  =====================================================================
@@ -43,10 +52,11 @@ import gymnasium as gym
 import numpy as np
 
 from unilab_gym.registration import QUADRUPED_ID
+from unilab_gym.robots import resolve_urdf
 from unilab_gym.sim import a1
 from unilab_gym.sim.rotation import roll_pitch
 from unilab_gym.sim.world import GRAVITY
-from unilab_gym.tasks.quadruped import OBS_LAYOUT
+from unilab_gym.tasks.quadruped import OBS_LAYOUT, QuadrupedTask
 from unilab_gym.validation import check_int, check_positive_int
 from unilab_gym.vector_env import UniLabVectorEnv
 
@@ -124,11 +134,12 @@ class GaitMeter:
 
     Args:
         added_mass: (n,) kg added to each robot (``reset`` info ``["parameters"]["added_mass"]``).
+        robot_mass: the robot's own mass, kg (:func:`urdf_mass` of its URDF); default the A1's.
     """
 
-    def __init__(self, added_mass: np.ndarray) -> None:
+    def __init__(self, added_mass: np.ndarray, robot_mass: float | None = None) -> None:
         n = len(added_mass)
-        self.mass = urdf_mass() + np.asarray(added_mass, np.float64)
+        self.mass = (urdf_mass() if robot_mass is None else float(robot_mass)) + np.asarray(added_mass, np.float64)
         #: (n,) bool: envs whose episode has not ended yet.
         self.active = np.ones(n, bool)
         self.returns, self.tracking, self.energy = np.zeros(n), np.zeros(n), np.zeros(n)
@@ -138,10 +149,17 @@ class GaitMeter:
         self.fell = np.zeros(n, bool)
 
     def update(
-        self, obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, state: Any
+        self,
+        obs: np.ndarray,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        state: Any,
+        base_height: np.ndarray | None = None,
     ) -> None:
         """Count one step: ``obs`` (n, 48), ``reward``/``terminated``/``truncated`` (n,), ``state`` the env's
-        ``robot_state`` after the step."""
+        ``robot_state`` after the step, ``base_height`` (n,) m above the ground (default: the base's z, above
+        the plane; on rough terrain pass the task's ``base_height(state)``)."""
         active = self.active
         live = active.astype(np.float64)
         self.returns += live * reward
@@ -150,7 +168,7 @@ class GaitMeter:
         self.contact_steps += live[:, None] * state.foot_contact
         self.energy += live * np.abs(state.torques * state.joint_vel).sum(axis=1)
         self.distance += live * np.hypot(obs[:, _VX], obs[:, _VY])
-        self.height += live * state.base_pos[:, 2]
+        self.height += live * (state.base_pos[:, 2] if base_height is None else base_height)
         roll, pitch = roll_pitch(state.base_quat)
         self.tilt += live * (np.abs(roll) + np.abs(pitch))
         ended = active & (terminated | truncated)
@@ -214,16 +232,25 @@ def record_gait(
         raise ValueError(
             f"evaluate_gait needs a UniLabVectorEnv (it reads robot states); {env_id!r} made {type(base).__name__}"
         )
+    if not isinstance(base.task, QuadrupedTask):
+        env.close()
+        raise ValueError(
+            f"evaluate_gait measures a legged gait (feet contacts, tracking of a base-velocity command), but "
+            f"{env_id!r} is a {type(base.task).__name__}, which has neither; use evaluate_episodes (returns, "
+            "lengths, terminations, success rate), which works for every task"
+        )
     # sampled actions draw from torch's global generator: seed it for this evaluation, and restore it after
     sampling = contextlib.nullcontext() if deterministic else _seeded_torch(seed)
     try:
         with sampling:
             obs, info = env.reset(seed=seed)
-            meter = GaitMeter(info["parameters"]["added_mass"])
+            meter = GaitMeter(info["parameters"]["added_mass"], urdf_mass(resolve_urdf(base.robot.urdf)))
             while meter.active.any():
                 action, _ = model.predict(normalize(obs), deterministic=deterministic)
                 obs, reward, terminated, truncated, _ = env.step(np.asarray(action, np.float32))
-                meter.update(obs, reward, terminated, truncated, base.robot_state)
+                state = base.robot_state
+                task: QuadrupedTask = base.task  # type: ignore[assignment]  # checked above
+                meter.update(obs, reward, terminated, truncated, state, task.base_height(state))
     finally:
         env.close()
     return meter.record()
@@ -253,7 +280,9 @@ def evaluate_gait(
     Args:
         model: anything with SB3's ``predict(obs, deterministic=...) -> (actions, state)``
             (``PPO``, ``SAC``, ...), taking (n, 48) float32 observations and giving (n, 12) actions.
-        env_id: a registered id whose vector env is a :class:`~unilab_gym.vector_env.UniLabVectorEnv`.
+        env_id: a registered id whose vector env is a :class:`~unilab_gym.vector_env.UniLabVectorEnv` of a
+            legged task (a :class:`~unilab_gym.tasks.quadruped.QuadrupedTask`: ``UniLab/Quadruped-v0``,
+            ``UniLab/QuadrupedRough-v0``); for another task use :func:`evaluate_episodes`.
         n_episodes: episodes, one per env (env ``i`` seeded ``seed + i``), each up to the env's
             ``max_episode_steps`` (1000 control steps, 20 s, by default).
         vecnormalize: the ``VecNormalize`` the model was trained with (its observation statistics
@@ -271,7 +300,122 @@ def evaluate_gait(
 
     Raises:
         ValueError: a bad ``n_episodes`` or ``seed``, a model without ``predict``, a bad
-            ``vecnormalize``, or an ``env_id`` whose vector env is not a ``UniLabVectorEnv``.
+            ``vecnormalize``, an ``env_id`` whose vector env is not a ``UniLabVectorEnv``, or the id of a
+            task that is not legged (an arm, a quadrotor: the message names the task and :func:`evaluate_episodes`).
     """
     record = record_gait(model, env_id, n_episodes, vecnormalize=vecnormalize, seed=seed, deterministic=deterministic)
+    return record.summary()
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """Per-episode figures of :func:`record_episodes` (``E`` episodes), for any task.
+
+    ``returns`` (E,) float64, sums of rewards; ``lengths`` (E,) int64, control steps; ``terminated`` (E,) bool,
+    the episode ended ``terminated`` (not truncated); ``success`` (E,) bool, ``info["is_success"]`` at the
+    episode's last step, or ``None`` when the task's info has no ``is_success``.
+    """
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    terminated: np.ndarray
+    success: np.ndarray | None
+
+    def summary(self) -> dict[str, float | int | None]:
+        """``return_mean``, ``return_std``, ``length_mean`` (steps), ``terminated_rate``, ``success_rate``
+        (``None`` for a task without success) and ``episodes``."""
+        return {
+            "return_mean": float(self.returns.mean()),
+            "return_std": float(self.returns.std()),
+            "length_mean": float(self.lengths.mean()),
+            "terminated_rate": float(self.terminated.mean()),
+            "success_rate": None if self.success is None else float(self.success.mean()),
+            "episodes": int(self.returns.size),
+        }
+
+
+def record_episodes(
+    model: Any,
+    env_id: str = QUADRUPED_ID,
+    n_episodes: int = 16,
+    *,
+    vecnormalize: Any = None,
+    seed: int = 0,
+    deterministic: bool = True,
+    **env_kwargs: Any,
+) -> EpisodeRecord:
+    """Run the first episode of each env of a ``n_episodes``-env vector env of ``env_id`` and record it.
+
+    Env ``i`` is seeded ``seed + i``; an env's episode ends at its first ``terminated | truncated`` and its later
+    steps are ignored, so the record is the same for a given seed. ``env_kwargs`` go to ``gym.make_vec`` (e.g.
+    ``max_episode_steps``, ``robot``). The other arguments are :func:`evaluate_gait`'s.
+
+    Raises:
+        ValueError: a bad ``n_episodes``, ``seed`` or ``vecnormalize``, or a model without ``predict``.
+        gymnasium.error.Error: ``env_id`` is not registered.
+    """
+    n = check_positive_int("n_episodes", n_episodes)
+    seed = check_int("seed", seed, minimum=0)
+    if not hasattr(model, "predict"):
+        raise ValueError(
+            f"model must have an SB3-style predict(obs, deterministic=...) method, got {type(model).__name__}"
+        )
+    normalize = _normalizer(vecnormalize)
+    env = gym.make_vec(env_id, num_envs=n, **env_kwargs)
+    returns, lengths = np.zeros(n), np.zeros(n, np.int64)
+    fell, success, has_success = np.zeros(n, bool), np.zeros(n, bool), False
+    active = np.ones(n, bool)
+    sampling = contextlib.nullcontext() if deterministic else _seeded_torch(seed)
+    try:
+        with sampling:
+            obs, _ = env.reset(seed=seed)
+            while active.any():
+                action, _ = model.predict(normalize(obs), deterministic=deterministic)
+                obs, reward, terminated, truncated, info = env.step(np.asarray(action, np.float32))
+                returns += np.where(active, reward, 0.0)
+                lengths += active
+                ended = active & (np.asarray(terminated) | np.asarray(truncated))
+                fell |= ended & np.asarray(terminated)
+                if "is_success" in info:
+                    has_success = True
+                    success[ended] = np.asarray(info["is_success"], bool)[ended]
+                active &= ~ended
+    finally:
+        env.close()
+    return EpisodeRecord(returns=returns, lengths=lengths, terminated=fell, success=success if has_success else None)
+
+
+def evaluate_episodes(
+    model: Any,
+    env_id: str = QUADRUPED_ID,
+    n_episodes: int = 16,
+    *,
+    vecnormalize: Any = None,
+    seed: int = 0,
+    deterministic: bool = True,
+    **env_kwargs: Any,
+) -> dict[str, float | int | None]:
+    """Evaluate a policy on any registered task: :func:`record_episodes`'s :meth:`EpisodeRecord.summary`.
+
+    Args:
+        model: anything with SB3's ``predict(obs, deterministic=...) -> (actions, state)``, taking the task's
+            ``(n, O)`` float32 observations and giving ``(n, A)`` actions.
+        env_id: a registered id (any ``UniLab/*`` task).
+        n_episodes: episodes, one per env (env ``i`` seeded ``seed + i``).
+        vecnormalize: as :func:`evaluate_gait`.
+        seed: the evaluation seed (int >= 0); the result is deterministic for a given seed.
+        deterministic: as :func:`evaluate_gait`.
+        **env_kwargs: arguments of the env (``gym.make_vec``).
+
+    Returns:
+        ``return_mean``, ``return_std``, ``length_mean``, ``terminated_rate``, ``success_rate`` (the fraction of
+        episodes whose last step's ``info["is_success"]`` is true; ``None`` for a task without it) and
+        ``episodes``.
+
+    Raises:
+        ValueError: as :func:`record_episodes`.
+    """
+    record = record_episodes(
+        model, env_id, n_episodes, vecnormalize=vecnormalize, seed=seed, deterministic=deterministic, **env_kwargs
+    )
     return record.summary()

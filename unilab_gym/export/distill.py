@@ -21,12 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from unilab_gym.evaluation import record_gait
+from unilab_gym.evaluation import record_episodes
 from unilab_gym.export._deps import require_onnx
 from unilab_gym.export.policy import PolicyNet, load_vecnormalize, policy_net
 from unilab_gym.export.to_onnx import export_onnx, onnx_bytes, onnx_latency_us
 from unilab_gym.registration import QUADRUPED_ID
-from unilab_gym.tasks.quadruped import ACT_DIM, OBS_DIM
 from unilab_gym.validation import check_int, check_positive, check_positive_int, check_seed
 
 #: Minibatch size of the behaviour-cloning updates.
@@ -38,22 +37,25 @@ class DistillResult:
     """What :func:`distill` returns.
 
     Attributes:
-        student: the student, raw ``(batch, 48)`` float32 observations -> ``(batch, 12)`` float32 actions.
+        student: the student, raw ``(batch, O)`` float32 observations -> ``(batch, A)`` float32 actions (the
+            task's widths: 48 and 12 for ``UniLab/Quadruped-v0``).
         teacher: the teacher as a :class:`~unilab_gym.export.policy.PolicyNet` (what was distilled).
         metrics: ``action_mse`` (mean squared action error on held-out states: those the student visits
             in its evaluation episodes), ``teacher_return`` / ``student_return`` (mean episode return of
             the deterministic policies over ``eval_episodes`` episodes, seeds ``seed + 10_000 + i``, by
-            :func:`~unilab_gym.evaluation.record_gait`),
+            :func:`~unilab_gym.evaluation.record_episodes`),
             ``return_ratio`` (student / teacher), ``teacher_params`` / ``student_params`` (weights and
             biases from observation to action), ``teacher_latency_us`` / ``student_latency_us`` (p50 of
             a batch-1 onnxruntime call, one thread, µs), ``teacher_latency_p99_us`` /
             ``student_latency_p99_us`` (p99), ``labels`` (labelled states trained on) and
             ``train_seconds`` (wall-clock time of collection and training).
+        env_id: the task distilled on (the parity observations of :meth:`export_onnx`).
     """
 
     student: PolicyNet
     teacher: PolicyNet
     metrics: dict[str, float] = field(default_factory=dict)
+    env_id: str = QUADRUPED_ID
 
     def export_onnx(self, path: str | Path, *, opset: int = 17) -> Path:
         """Write the student as ONNX (input ``obs``, output ``action``, as :func:`~unilab_gym.export.export_onnx`).
@@ -62,7 +64,7 @@ class DistillResult:
             ImportError: onnx or onnxruntime is missing.
             RuntimeError: the parity check fails (see :func:`~unilab_gym.export.export_onnx`).
         """
-        return export_onnx(self.student, path, opset=opset)
+        return export_onnx(self.student, path, opset=opset, env_id=self.env_id)
 
 
 def distill(
@@ -147,11 +149,11 @@ def distill(
     eval_seed = seed + 10_000
     if isinstance(getattr(stats, "obs_rms", None), dict):  # a VecNormalize over a Dict: the env here is flat, so
         # the teacher runs as its PolicyNet (model.predict on the normalized "policy" values: export's parity)
-        teacher_return = record_gait(teacher, env_id, eval_episodes, seed=eval_seed, **env_kwargs)
+        teacher_return = record_episodes(teacher, env_id, eval_episodes, seed=eval_seed, **env_kwargs)
     else:
-        teacher_return = record_gait(model, env_id, eval_episodes, vecnormalize=stats, seed=eval_seed, **env_kwargs)
+        teacher_return = record_episodes(model, env_id, eval_episodes, vecnormalize=stats, seed=eval_seed, **env_kwargs)
     recorder = _Recorder(student)
-    student_return = record_gait(recorder, env_id, eval_episodes, seed=eval_seed, **env_kwargs)
+    student_return = record_episodes(recorder, env_id, eval_episodes, seed=eval_seed, **env_kwargs)
     held_out = np.concatenate(recorder.seen)
     action_mse = float(np.mean((student.act(held_out) - teacher.act(held_out)) ** 2))
     t_ret, s_ret = float(teacher_return.returns.mean()), float(student_return.returns.mean())
@@ -171,11 +173,11 @@ def distill(
         "labels": sum(len(s) for s in dataset),
         "train_seconds": train_seconds,
     }
-    return DistillResult(student=student, teacher=teacher, metrics=metrics)
+    return DistillResult(student=student, teacher=teacher, metrics=metrics, env_id=env_id)
 
 
 def _collect(env: Any, obs: np.ndarray, driver: PolicyNet, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """Step ``env`` ``steps`` times with ``driver``'s actions: the states seen ``(steps * N, 48)`` and the last obs."""
+    """Step ``env`` ``steps`` times with ``driver``'s actions: the states seen ``(steps * N, O)`` and the last obs."""
     seen = []
     for _ in range(steps):
         seen.append(obs)
@@ -186,9 +188,9 @@ def _collect(env: Any, obs: np.ndarray, driver: PolicyNet, steps: int) -> tuple[
 def _student(teacher: PolicyNet, widths: list[int], states: np.ndarray) -> PolicyNet:
     """A fresh student with the teacher's normalization (or the statistics of ``states``) and action bounds."""
     layers: list[nn.Module] = []
-    for n_in, n_out in zip([OBS_DIM, *widths[:-1]], widths):
+    for n_in, n_out in zip([teacher.obs_dim, *widths[:-1]], widths):
         layers += [nn.Linear(n_in, n_out), nn.ELU()]
-    layers += [nn.Linear(widths[-1], ACT_DIM), nn.Tanh()]
+    layers += [nn.Linear(widths[-1], teacher.act_dim), nn.Tanh()]
     if teacher.normalizes:  # the same constants: obs_std**2 with epsilon 0 gives back obs_std
         mean, var, clip = teacher.obs_mean.numpy(), teacher.obs_std.numpy() ** 2, teacher.clip_obs
         epsilon = 0.0

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from unilab_gym.tasks.quadruped import ACT_DIM, OBS_DIM
+from unilab_gym.tasks.quadruped import OBS_DIM
 
 #: Layer types a ``PolicyNet`` may hold (the C header implements exactly these).
 LAYER_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.ReLU, nn.Tanh, nn.ELU, nn.LeakyReLU, nn.Hardtanh)
@@ -48,23 +48,30 @@ NONFINITE_RULE = (
 
 
 class PolicyNet(nn.Module):
-    """Raw observations ``(batch, 48)`` float32 -> deterministic actions ``(batch, 12)`` float32.
+    """Raw observations ``(batch, O)`` float32 -> deterministic actions ``(batch, A)`` float32.
+
+    ``O`` (:attr:`obs_dim`) is the first ``Linear`` layer's input width and ``A`` (:attr:`act_dim`) the length of
+    the action bounds: 48 and 12 for ``UniLab/Quadruped-v0``, the task's widths for another task.
 
     Args:
         layers: the network from (normalized) observation to pre-scaling action: ``Linear`` layers and
             the activations of :data:`LAYER_TYPES`, in order.
-        action_low: ``(12,)`` lower action bounds (the action space's ``low``).
-        action_high: ``(12,)`` upper action bounds.
+        action_low: ``(A,)`` lower action bounds (the action space's ``low``).
+        action_high: ``(A,)`` upper action bounds.
         squash_output: the last layer squashes to ``[-1, 1]`` and the output is rescaled to the bounds;
             otherwise the output is clipped to them.
-        obs_mean: ``(48,)`` observation mean (``VecNormalize.obs_rms.mean``), or ``None`` for no normalization.
-        obs_var: ``(48,)`` observation variance (``obs_rms.var``); needed with ``obs_mean``.
+        obs_mean: ``(O,)`` observation mean (``VecNormalize.obs_rms.mean``), or ``None`` for no normalization.
+        obs_var: ``(O,)`` observation variance (``obs_rms.var``); needed with ``obs_mean``.
         epsilon: added to the variance before the square root (``VecNormalize.epsilon``).
         clip_obs: normalized observations are clipped to ``[-clip_obs, clip_obs]`` (``VecNormalize.clip_obs``).
 
+    Attributes:
+        obs_dim: ``O``, the observation width.
+        act_dim: ``A``, the action width.
+
     Raises:
-        ValueError: a layer type outside :data:`LAYER_TYPES`, bounds or statistics of the wrong shape,
-            or non-finite statistics.
+        ValueError: a layer type outside :data:`LAYER_TYPES`, no ``Linear`` layer, bounds or statistics of the
+            wrong shape (the last ``Linear`` layer's output width must be ``A``), or non-finite statistics.
     """
 
     obs_mean: torch.Tensor
@@ -90,27 +97,37 @@ class PolicyNet(nn.Module):
             if not isinstance(layer, LAYER_TYPES):
                 names = ", ".join(t.__name__ for t in LAYER_TYPES)
                 raise ValueError(f"PolicyNet layers must be among {names}; got {type(layer).__name__}")
+        linear = [layer for layer in layers if isinstance(layer, nn.Linear)]
+        if not linear:
+            raise ValueError("PolicyNet layers must hold at least one Linear layer")
+        self.obs_dim = int(linear[0].in_features)
+        self.act_dim = int(np.size(action_low))
+        if linear[-1].out_features != self.act_dim:
+            raise ValueError(
+                f"PolicyNet's last Linear layer gives {linear[-1].out_features} values, but action_low has "
+                f"{self.act_dim}: they must match"
+            )
         self.layers = layers
         self.squash_output = bool(squash_output)
         self.register_buffer(
-            "action_low", torch.as_tensor(_vector("action_low", action_low, ACT_DIM), dtype=torch.float32)
+            "action_low", torch.as_tensor(_vector("action_low", action_low, self.act_dim), dtype=torch.float32)
         )
         self.register_buffer(
-            "action_high", torch.as_tensor(_vector("action_high", action_high, ACT_DIM), dtype=torch.float32)
+            "action_high", torch.as_tensor(_vector("action_high", action_high, self.act_dim), dtype=torch.float32)
         )
         self.normalizes = obs_mean is not None
         if obs_mean is not None:
             if obs_var is None:
                 raise ValueError("PolicyNet needs obs_var with obs_mean")
-            std = np.sqrt(_vector("obs_var", obs_var, OBS_DIM).astype(np.float64) + float(epsilon))
+            std = np.sqrt(_vector("obs_var", obs_var, self.obs_dim).astype(np.float64) + float(epsilon))
             self.register_buffer(
-                "obs_mean", torch.as_tensor(_vector("obs_mean", obs_mean, OBS_DIM), dtype=torch.float64)
+                "obs_mean", torch.as_tensor(_vector("obs_mean", obs_mean, self.obs_dim), dtype=torch.float64)
             )
             self.register_buffer("obs_std", torch.as_tensor(std, dtype=torch.float64))
             self.clip_obs = float(clip_obs)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """``(batch, 48)`` float32 raw observations -> ``(batch, 12)`` float32 actions within the bounds.
+        """``(batch, O)`` float32 raw observations -> ``(batch, A)`` float32 actions within the bounds.
 
         A row whose observation is not finite, or in which a ``Linear`` layer's output is not finite
         (an overflow), is all NaN (:data:`NONFINITE_RULE`); the other rows are unaffected.
@@ -138,7 +155,7 @@ class PolicyNet(nn.Module):
 
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> np.ndarray:
-        """:meth:`forward` on numpy: ``(batch, 48)`` observations -> ``(batch, 12)`` float32 actions."""
+        """:meth:`forward` on numpy: ``(batch, O)`` observations -> ``(batch, A)`` float32 actions."""
         return self(torch.tensor(obs, dtype=torch.float32)).numpy()
 
     def predict(self, obs: np.ndarray, deterministic: bool = True, **_: Any) -> tuple[np.ndarray, None]:
@@ -174,13 +191,14 @@ def load_vecnormalize(vecnormalize: Any) -> Any:
     return vecnormalize
 
 
-def normalization(stats: Any, actor_key: str | None) -> dict[str, Any]:
+def normalization(stats: Any, actor_key: str | None, obs_dim: int = OBS_DIM) -> dict[str, Any]:
     """The normalization arguments of :class:`PolicyNet` (``obs_mean``, ``obs_var``, ``epsilon``, ``clip_obs``).
 
     Args:
         stats: a ``VecNormalize`` (as :func:`load_vecnormalize` returns it) or ``None``.
         actor_key: the ``Dict`` key the actor reads (``"policy"`` for the asymmetric policies), or
             ``None`` for a model with flat ``Box`` observations.
+        obs_dim: the width of the observation the actor reads (48 for ``UniLab/Quadruped-v0``).
 
     Returns:
         ``{}`` (no normalization) for ``None``, ``norm_obs=False``, or a ``Dict`` ``VecNormalize`` whose
@@ -190,7 +208,7 @@ def normalization(stats: Any, actor_key: str | None) -> dict[str, Any]:
 
     Raises:
         ValueError: a ``Dict`` ``VecNormalize`` for a flat-observation model or the reverse, or statistics
-            whose shape is not ``(48,)``.
+            whose shape is not ``(obs_dim,)``.
     """
     if stats is None or not getattr(stats, "norm_obs", True):
         return {}
@@ -199,7 +217,7 @@ def normalization(stats: Any, actor_key: str | None) -> dict[str, Any]:
         if actor_key is None:
             raise ValueError(
                 f"vecnormalize normalizes a Dict observation (keys {sorted(rms)}), but the model observes a flat "
-                f"({OBS_DIM},) Box: pass the VecNormalize the model was trained with"
+                f"({obs_dim},) Box: pass the VecNormalize the model was trained with"
             )
         if actor_key not in rms:
             return {}
@@ -211,9 +229,9 @@ def normalization(stats: Any, actor_key: str | None) -> dict[str, Any]:
         )
     else:
         where = "vecnormalize.obs_rms"
-    if np.shape(rms.mean) != (OBS_DIM,) or np.shape(rms.var) != (OBS_DIM,):
+    if np.shape(rms.mean) != (obs_dim,) or np.shape(rms.var) != (obs_dim,):
         raise ValueError(
-            f"{where} has mean / var of shape {np.shape(rms.mean)} / {np.shape(rms.var)}; the actor reads ({OBS_DIM},)"
+            f"{where} has mean / var of shape {np.shape(rms.mean)} / {np.shape(rms.var)}; the actor reads ({obs_dim},)"
         )
     return {"obs_mean": rms.mean, "obs_var": rms.var, "epsilon": stats.epsilon, "clip_obs": stats.clip_obs}
 
@@ -222,10 +240,10 @@ def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
     """The deterministic action of an SB3 model as a :class:`PolicyNet` (a copy: later training does not change it).
 
     Args:
-        model: a SAC, TD3, DDPG, PPO or A2C model (``MlpPolicy``, flat ``(48,)`` Box observations,
-            ``(12,)`` Box actions), or a SAC / PPO / A2C model with ``AsymmetricSACPolicy`` /
-            ``AsymmetricActorCriticPolicy`` (``Dict`` observations): its actor alone, on the 48-value
-            ``"policy"`` observation (the critic and its privileged inputs are left out).
+        model: a SAC, TD3, DDPG, PPO or A2C model (``MlpPolicy``, flat ``(O,)`` Box observations,
+            ``(A,)`` Box actions, any widths: 48 and 12 for ``UniLab/Quadruped-v0``), or a SAC / PPO / A2C model
+            with ``AsymmetricSACPolicy`` / ``AsymmetricActorCriticPolicy`` (``Dict`` observations): its actor
+            alone, on the ``O``-value ``"policy"`` observation (the critic and its privileged inputs are left out).
         vecnormalize: the ``VecNormalize`` the model was trained with, the path of its saved statistics,
             or ``None``. Its statistics are folded in (read, never updated); for an asymmetric model
             trained under a ``VecNormalize`` over the ``Dict``, those of the ``"policy"`` key
@@ -256,10 +274,13 @@ def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
         obs_space = obs_space.spaces[actor_key]
     else:
         actor_key = None
-    if not (isinstance(obs_space, spaces.Box) and obs_space.shape == (OBS_DIM,)):
-        raise ValueError(f"model must be an SB3 model with ({OBS_DIM},) Box observations; got {type(model).__name__}")
-    if not (isinstance(act_space, spaces.Box) and act_space.shape == (ACT_DIM,)):
-        raise ValueError(f"model must have ({ACT_DIM},) Box actions; got {act_space}")
+    if not (isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 1):
+        raise ValueError(
+            f"model must be an SB3 model with flat (O,) Box observations; got {type(model).__name__} "
+            f"observing {obs_space}"
+        )
+    if not (isinstance(act_space, spaces.Box) and len(act_space.shape) == 1):
+        raise ValueError(f"model must have flat (A,) Box actions; got {act_space}")
     if isinstance(policy, SACPolicy):
         extractor, layers = policy.actor.features_extractor, [policy.actor.latent_pi, policy.actor.mu, nn.Tanh()]
     elif isinstance(policy, TD3Policy):  # TD3 and DDPG: mu ends in Tanh
@@ -278,7 +299,7 @@ def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
             "only MlpPolicy (FlattenExtractor) and the asymmetric policies (KeyExtractor) are supported; "
             f"got {type(extractor).__name__}"
         )
-    norm = normalization(load_vecnormalize(vecnormalize), actor_key)
+    norm = normalization(load_vecnormalize(vecnormalize), actor_key, obs_space.shape[0])
     net = PolicyNet(
         nn.Sequential(*_flat(copy.deepcopy(nn.Sequential(*layers)).cpu().float())),
         action_low=act_space.low,
