@@ -39,7 +39,7 @@ class Waiter(BaseCallback):
         if self.n_calls == self.at:
             self.started.set()
             deadline = time.monotonic() + 60
-            while not self.runner._controller._queue and time.monotonic() < deadline:
+            while not self.runner.control.controller._queue and time.monotonic() < deadline:
                 time.sleep(0.001)
         return True
 

@@ -16,16 +16,29 @@ returns one scalar ``truncated`` for all envs), and never passes it to the entry
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from gymnasium.envs import registration as gym_registration
+
+if TYPE_CHECKING:
+    from unilab_gym.vector_env import UniLabVectorEnv
 
 QUADRUPED_ID = "UniLab/Quadruped-v0"
 QUADRUPED_ROUGH_ID = "UniLab/QuadrupedRough-v0"
 QUADROTOR_ID = "UniLab/Quadrotor-v0"
 PANDA_REACH_ID = "UniLab/PandaReach-v0"
 PANDA_PICK_ID = "UniLab/PandaPick-v0"
+
+#: The vector env class of each registered id, as ``"module:class"`` (imported only when asked for, by
+#: :func:`vector_env_type`): what a parameter trace's ``env_id`` rebuilds (:func:`unilab_gym.vector_env.replay_env`).
+VECTOR_ENV_TYPES: dict[str, str] = {
+    QUADRUPED_ID: "unilab_gym.vector_env:UniLabVectorEnv",
+    QUADRUPED_ROUGH_ID: "unilab_gym.envs_rough:QuadrupedRoughVectorEnv",
+    PANDA_REACH_ID: "unilab_gym.envs_panda:PandaReachVectorEnv",
+    PANDA_PICK_ID: "unilab_gym.envs_panda:PandaPickVectorEnv",
+    QUADROTOR_ID: "unilab_gym.envs_quadrotor:QuadrotorVectorEnv",
+}
 
 
 def make_quadruped(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
@@ -125,6 +138,61 @@ def make_quadruped_rough(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
 
     caller = sys._getframe(1)
     return _make_task_env(QUADRUPED_ROUGH_ID, QuadrupedRoughEnv, QuadrupedRoughVectorEnv, num_envs, caller, kwargs)
+
+
+def env_id_of(env_type: type) -> str | None:
+    """The registered id whose vector env is exactly ``env_type`` (a class, not its subclasses), else ``None``.
+
+    Our ids are looked up in :data:`VECTOR_ENV_TYPES`; another id is found when its spec's ``vector_entry_point``
+    is ``env_type`` itself or its ``"module:class"`` name (``gym.register(id, vector_entry_point=MyVectorEnv)``).
+    The trace header records it as ``"env_id"`` (:mod:`unilab_gym.trace`).
+    """
+    name = f"{env_type.__module__}:{env_type.__qualname__}"
+    for env_id, known in VECTOR_ENV_TYPES.items():
+        if known == name:
+            return env_id
+    for spec in gym.registry.values():
+        if spec.vector_entry_point is env_type or spec.vector_entry_point == name:
+            return spec.id
+    return None
+
+
+def vector_env_type(env_id: Any) -> type[UniLabVectorEnv]:
+    """The vector env class of ``env_id``.
+
+    From :data:`VECTOR_ENV_TYPES`, or a class registered in this process as the id's ``vector_entry_point`` (the
+    class, or its ``"module:class"`` name). Nothing named in ``env_id`` itself is imported (a trace file is data:
+    ``"module:Id"`` strings are refused, not imported).
+
+    Raises:
+        ValueError: ``env_id`` is not a string, is not registered, or its vector entry point is not a
+            :class:`~unilab_gym.vector_env.UniLabVectorEnv` class (the message names ``env_id``).
+    """
+    import importlib
+
+    from unilab_gym.vector_env import UniLabVectorEnv  # at call time: vector_env imports this module
+
+    if not isinstance(env_id, str):
+        raise ValueError(f"env_id must be a registered gymnasium id (a str), got {env_id!r}")
+    target: Any
+    if env_id in VECTOR_ENV_TYPES:
+        module, _, name = VECTOR_ENV_TYPES[env_id].partition(":")
+        target = getattr(importlib.import_module(module), name)
+    elif env_id in gym.registry:
+        target = gym.registry[env_id].vector_entry_point
+        if isinstance(target, str):
+            target = gym_registration.load_env_creator(target)
+    else:
+        raise ValueError(
+            f"env_id {env_id!r} is not registered in this process (registered UniLab ids: "
+            f"{sorted(i for i in gym.registry if i.startswith('UniLab/'))}); import the module that registers it first"
+        )
+    if not (isinstance(target, type) and issubclass(target, UniLabVectorEnv)):
+        raise ValueError(
+            f"env_id {env_id!r}: its vector entry point {target!r} is not a UniLabVectorEnv class, so its episodes "
+            "cannot be replayed from a trace"
+        )
+    return target
 
 
 def _gym_make_time_limit(caller: Any) -> Any:

@@ -22,15 +22,21 @@ Only finished episodes (terminated or truncated) are recorded; an episode cut sh
 ``reset()`` is not. Memory is bounded: a :class:`ParameterTrace` keeps the last ``max_records``
 records (:data:`RECORD_BYTES` bytes each, in a numpy ring) and, when given a ``path``, streams
 every record to that file as it is made. The file, like :func:`write_jsonl`'s export, is JSON
-Lines: one header line that records, once, the package versions and the env's ``task_config``::
+Lines: one header line that records, once, the package versions, the env's registered id (``"env_id"``:
+which env class made the trace, :func:`unilab_gym.registration.env_id_of`; ``None`` for an unregistered class)
+and its ``task_config``::
 
     {"type": "header", "format": "unilab-gym/parameter-trace", "format_version": 1,
-     "packages": {"unilab-gym": "0.1.0", "pybullet": "3.2.7", ...}, "env": {...}}
+     "packages": {"unilab-gym": "0.1.0", "pybullet": "3.2.7", ...}, "env_id": "UniLab/Quadruped-v0",
+     "env": {...}}
     {"type": "episode", "env": 0, ...}
 
-Replaying a record: ``UniLabVectorEnv(1, **{**header["env"], "domain_randomization": record["parameters"]})``,
-then ``reset(options={"episode_seed": record["episode_seed"]})`` and the episode's actions
-(:func:`unilab_gym.vector_env.replay_env` does the first two steps).
+Replaying a record: the ``env_id``'s vector env class (:func:`unilab_gym.registration.vector_env_type`),
+``cls(1, **{**header["env"], "domain_randomization": <the record's physics parameters>})`` (plus what the task needs
+to start that episode again, :meth:`unilab_gym.tasks.base.Task.replay_kwargs`, e.g. a rough-terrain level), then
+``reset(options={"episode_seed": record["episode_seed"]})`` and the episode's actions
+(:func:`unilab_gym.vector_env.replay_env(header, record) <unilab_gym.vector_env.replay_env>` does all but the
+actions). A header without ``"env_id"`` (written before it existed) is ``UniLab/Quadruped-v0``'s.
 """
 
 from __future__ import annotations
@@ -116,6 +122,7 @@ class ParameterTrace:
             per record as episodes finish (flushed at each step that finished some), and is closed by
             :meth:`close`. It is locked (``flock``) while open, so two envs cannot write the same file.
         env_config: the env's ``task_config``, for the header line.
+        env_id: the env's registered id, for the header line (``None``: an unregistered env class).
         command_dim: the width of each record's ``"command"`` (the task's ``command_dim``).
         condition_names: the task's termination conditions, the names a record's ``"fall_conditions"`` lists
             (default :data:`FALL_CONDITIONS`, the quadrupeds').
@@ -134,6 +141,7 @@ class ParameterTrace:
         path: str | os.PathLike[str] | None = None,
         env_config: dict[str, Any] | None = None,
         *,
+        env_id: str | None = None,
         command_dim: int = 3,
         condition_names: tuple[str, ...] = FALL_CONDITIONS,
         parameter_names: tuple[str, ...] = PARAMETER_NAMES,
@@ -151,7 +159,7 @@ class ParameterTrace:
         if self.path is not None:
             self._file = _open_locked(self.path)
             try:
-                self._file.write(json.dumps(header(env_config or {})) + "\n")
+                self._file.write(json.dumps(header(env_config or {}, env_id)) + "\n")
                 self._file.flush()
             except BaseException:
                 self._file.close()
@@ -306,23 +314,29 @@ def _open_locked(path: Path) -> IO[str]:
     return f
 
 
-def header(env_config: dict[str, Any]) -> dict[str, Any]:
-    """The header line of a trace export: format, package versions and the env's ``task_config``."""
+def header(env_config: dict[str, Any], env_id: str | None = None) -> dict[str, Any]:
+    """The header line of a trace export: format, package versions, the env's registered id and ``task_config``."""
     return {
         "type": "header",
         "format": TRACE_FORMAT,
         "format_version": TRACE_FORMAT_VERSION,
         "packages": package_versions(),
+        "env_id": env_id,
         "env": env_config,
     }
 
 
-def write_jsonl(path: str | Path, env_config: dict[str, Any], records: list[dict[str, Any]]) -> Path:
-    """Write a header line then one line per record to ``path`` (JSON Lines; floats round-trip exactly)."""
+def write_jsonl(
+    path: str | Path, env_config: dict[str, Any], records: list[dict[str, Any]], env_id: str | None = None
+) -> Path:
+    """Write a header line (with ``env_id``, the env's registered id) then one line per record to ``path``.
+
+    JSON Lines; floats round-trip exactly.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        f.write(json.dumps(header(env_config)) + "\n")
+        f.write(json.dumps(header(env_config, env_id)) + "\n")
         for record in records:
             f.write(json.dumps({"type": "episode", **record}) + "\n")
     return path

@@ -44,6 +44,8 @@ from unilab_gym.sb3.loops.base import _DRIVEN
 from unilab_gym.validation import check_host, check_int, check_positive_int, check_real, check_seed
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from unilab_gym.sb3.loops.base import LearnerLoop
     from unilab_gym.sb3.loops.off_policy import OffPolicyLoop
     from unilab_gym.sb3.loops.on_policy import OnPolicyLoop
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
 BACKENDS = ("process", "ray", "inline")
 
 
-class AsyncRunner(RunnerControl):
+class AsyncRunner:
     """Drive a stock SB3 model with collectors in separate processes.
 
     Off-policy (``SAC``, ``TD3``, ``DDPG``): the model's replay buffer must be a
@@ -254,7 +256,19 @@ class AsyncRunner(RunnerControl):
                 self._metrics_server = MetricsServer(self.metrics, metrics_port, metrics_addr)
             self.model = model
             metrics_app = None if metrics_port is None or control_port is None else prometheus_app(self.metrics)
-            self._start_control(control_port, control_addr, snapshot_dir, snapshot_on_change, metrics_app)
+            #: the live control (:class:`~unilab_gym.sb3.control.runner_api.RunnerControl`): hyperparameters,
+            #: snapshots, rollback, the control server; the control methods below forward to it.
+            self.control = RunnerControl(
+                model,
+                loop,
+                self._pool,
+                self.metrics,
+                control_port=control_port,
+                control_addr=control_addr,
+                snapshot_dir=snapshot_dir,
+                snapshot_on_change=snapshot_on_change,
+                metrics_app=metrics_app,
+            )
         except BaseException:
             if self._metrics_server is not None:
                 self._metrics_server.close()
@@ -291,8 +305,9 @@ class AsyncRunner(RunnerControl):
     @property
     def metrics_url(self) -> str | None:
         """``http://<addr>:<port>/metrics`` of the Prometheus endpoint, or ``None`` (no ``metrics_port``, or closed)."""
-        if self._metrics_server is None and self._control_server is not None and self._control_server.serves_metrics:
-            return f"{self._control_server.url}/metrics"  # one port per runner: on the control server
+        server = self.control.server
+        if self._metrics_server is None and server is not None and server.serves_metrics:
+            return f"{server.url}/metrics"  # one port per runner: on the control server
         return self._metrics_server.url if self._metrics_server is not None else None
 
     @property
@@ -317,6 +332,62 @@ class AsyncRunner(RunnerControl):
         """Current policy lag: published version minus the oldest version a running collector acts with."""
         return self._pool.policy_lag()
 
+    # ------------------------------------------------------------------ live control (forwarded to self.control)
+    @property
+    def replay_ratio(self) -> float | None:
+        """Off-policy: gradient steps per transition (live: ``set_hyperparameters``); ``None`` on-policy."""
+        return self.control.replay_ratio
+
+    @property
+    def max_policy_lag(self) -> int:
+        """Most weight versions a collector may act behind the learner (live: ``set_hyperparameters``)."""
+        return self.control.max_policy_lag
+
+    @property
+    def control_url(self) -> str | None:
+        """``http://<addr>:<port>`` of the control API (routes under ``/api/v1``); ``None`` without ``control_port``."""
+        return self.control.control_url
+
+    @property
+    def control_token_path(self) -> Path | None:
+        """The control API's token file (mode 0600), or ``None`` (see :attr:`RunnerControl.control_token_path`)."""
+        return self.control.control_token_path
+
+    @property
+    def control_token(self) -> str | None:
+        """The control API's bearer token, or ``None`` (see :attr:`RunnerControl.control_token`)."""
+        return self.control.control_token
+
+    def set_hyperparameters(self, **values: Any) -> dict[str, Any]:
+        """Change hyperparameters of the running job; return the current values once applied.
+
+        See :meth:`RunnerControl.set_hyperparameters` (the checks, when they apply, the errors raised).
+        """
+        return self.control.set_hyperparameters(**values)
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The current values of the live hyperparameters, by name (JSON types)."""
+        return self.control.hyperparameters()
+
+    def hyperparameter_history(self) -> list[dict[str, Any]]:
+        """The hyperparameter changes, oldest first (see :meth:`RunnerControl.hyperparameter_history`)."""
+        return self.control.hyperparameter_history()
+
+    def snapshot(self, include_replay: bool = False) -> str:
+        """Save a snapshot of the learner; return its id (see :meth:`RunnerControl.snapshot`)."""
+        return self.control.snapshot(include_replay)
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        """The snapshots taken, oldest first (see :meth:`RunnerControl.snapshots`)."""
+        return self.control.snapshots()
+
+    def restore(self, snapshot_id: str) -> dict[str, Any]:
+        """Roll the learner back to snapshot ``snapshot_id``; return the hyperparameters in force.
+
+        See :meth:`RunnerControl.restore` (all or nothing; the errors raised).
+        """
+        return self.control.restore(snapshot_id)
+
     def close(self) -> None:
         """Stop and join every collector, then free the runner's shared memory. Idempotent.
 
@@ -328,7 +399,7 @@ class AsyncRunner(RunnerControl):
         if self._closed:
             return
         self._closed = True
-        self._stop_control()
+        self.control.close()
         if self._metrics_server is not None:
             self._metrics_server.close()
             self._metrics_server = None
@@ -374,7 +445,7 @@ class AsyncRunner(RunnerControl):
                 )
             callback.on_training_start(locals(), globals())
             self.metrics.begin()
-            with self._controlled():  # hyperparameter changes, snapshots, restores: between gradient steps
+            with self.control.controlled():  # hyperparameter changes, snapshots, restores: between gradient steps
                 self._loop.run(self._pool, self.metrics, total, callback, log_interval)
             callback.on_training_end()
         except BaseException:

@@ -260,6 +260,12 @@ class ClusterWorld:
             deterministicOverlappingPairs=1,
             physicsClientId=c,
         )
+        if scene.objects:
+            # Every solver iteration runs: with pybullet's default threshold (1e-7) the solver stops once the
+            # residual summed over the world's contacts is small, so one robot's iterations depend on its
+            # neighbours' (PandaPick: an object held in a gripper moved differently with envs_per_cluster). Only
+            # with objects: the quadrupeds' trajectories stay those of the default.
+            p.setPhysicsEngineParameter(solverResidualThreshold=0.0, physicsClientId=c)
         # An infinite ground plane (pybullet_data's plane.urdf is a 200 m box: lanes and long
         # walks would leave it), friction 1 as in plane.urdf.
         ground_visual = (
@@ -389,6 +395,12 @@ class ClusterWorld:
             p.resetBaseVelocity(robot, [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], physicsClientId=c)
             for k, j in enumerate(self.joint_ids):
                 p.resetJointState(robot, j, joint_pos[row, k], 0.0, physicsClientId=c)
+            # Forget the contacts of the robot's last episode: pybullet keeps a contact manifold across a teleport
+            # when a foot lands within its breaking threshold (2 cm) of its last contact (a robot spawned at its
+            # standing height, e.g. the Laikago), and the new episode would warm-start from those impulses, unlike
+            # the same episode in a fresh world. Setting a link's collision filter drops its broadphase pairs.
+            for link in self._links:
+                p.setCollisionFilterGroupMask(robot, link, _ROBOT_GROUP, _GROUND_GROUP, physicsClientId=c)
         self.state.torques[idx] = 0.0
         self._fresh[idx] = True
 
@@ -581,7 +593,8 @@ class ClusterWorld:
 
         Args:
             robot: robot index in this world.
-            width, height: image size in pixels.
+            width: image width in pixels.
+            height: image height in pixels.
             camera: where from (:class:`~unilab_gym.sim.camera.Camera`; default the quadruped's view): its target
                 follows this robot's base or its spawn point of the current episode.
             marker: ``None``, or (3,) m relative to the robot's spawn point (world axes): where to draw a red sphere

@@ -38,8 +38,11 @@ if TYPE_CHECKING:  # the task layer never imports the physics layer (nor pybulle
 
 
 class TaskConfig(Protocol):
-    """What the engine reads from a task's configuration (a frozen dataclass, e.g.
-    :class:`~unilab_gym.tasks.config.QuadrupedConfig`); its fields are the task's keyword arguments."""
+    """What the engine reads from a task's configuration.
+
+    A frozen dataclass, e.g. :class:`~unilab_gym.tasks.config.QuadrupedConfig`; its fields are the task's keyword
+    arguments.
+    """
 
     @property
     def robot(self) -> RobotDescription:
@@ -63,7 +66,7 @@ class TaskConfig(Protocol):
 
     @property
     def solver_iterations(self) -> int:
-        """pybullet ``numSolverIterations``."""
+        """The pybullet ``numSolverIterations``."""
         ...
 
     @property
@@ -149,6 +152,7 @@ class Task(ABC):
     camera: ClassVar[Camera] = Camera()
 
     def __init__(self, num_envs: int, config: TaskConfig):
+        """Allocate the per-env arrays of ``num_envs`` envs for ``config`` (arguments: see the class docstring)."""
         self.num_envs = num_envs
         self.config = config
         self.robot: RobotDescription = config.robot
@@ -171,14 +175,30 @@ class Task(ABC):
 
     @abstractmethod
     def sample_episode(self, env: int, rng: np.random.Generator) -> np.ndarray:
-        """Draw env ``env``'s new episode from ``rng`` (its episode's stream): write ``command[env]``, return its
-        initial joint angles (J,) float64 in rad. The engine then draws the physics parameters from the same stream,
-        so the number of draws here must not depend on anything but the configuration."""
+        """Draw env ``env``'s new episode from ``rng`` (its episode's stream).
+
+        Writes ``command[env]`` and returns its initial joint angles (J,) float64 in rad. The engine then draws the
+        physics parameters from the same stream, so the number of draws here must not depend on anything but the
+        configuration.
+        """
+
+    @classmethod
+    def replay_kwargs(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        """Configuration changes that make a fresh env's first episode the recorded one.
+
+        Computed from a trace record's ``parameters`` (the physics parameters and :attr:`episode_parameter_names`):
+        what the episode seed alone does not give, e.g. state the task carries across episodes (a terrain
+        curriculum's level). Default: none (``{}``: every draw of :meth:`sample_episode` comes from the episode seed).
+        :func:`~unilab_gym.vector_env.replay_env` passes them to the env with the trace's configuration.
+        """
+        return {}
 
     @abstractmethod
     def start_episodes(self, idx: np.ndarray) -> None:
-        """Clear the task's per-episode state (e.g. feet air times) of envs ``idx`` ((k,) int), which start a new
-        episode now."""
+        """Clear the task's per-episode state (e.g. feet air times) of envs ``idx`` ((k,) int).
+
+        Called when those envs start a new episode.
+        """
 
     @abstractmethod
     def observe(self, state: RobotState, last_action: np.ndarray, out: np.ndarray) -> None:
@@ -242,21 +262,28 @@ class Task(ABC):
         raise NotImplementedError(f"{type(self).__name__} has actuation {self.actuation!r}: it defines no forces()")
 
     def joint_targets(self, action: np.ndarray, action_scale: float) -> np.ndarray:
-        """(N, J) float64 joint position targets (rad, m for prismatic joints) of the (N, :attr:`act_dim`) applied
-        action (``"joint_pd"`` actuation). Default: ``nominal pose + action_scale * action`` (one target per joint);
-        a task whose action is not one number per joint (e.g. one gripper action for two fingers) maps it here."""
+        """(N, J) float64 joint position targets (rad, m for prismatic joints) of the applied action.
+
+        ``action`` is (N, :attr:`act_dim`) (``"joint_pd"`` actuation). Default: ``nominal pose + action_scale *
+        action`` (one target per joint); a task whose action is not one number per joint (e.g. one gripper action for
+        two fingers) maps it here.
+        """
         return self.nominal_joint_pos + action_scale * action
 
     def step_info(self) -> dict[str, np.ndarray]:
-        """Task-specific entries of this step's info, each (N,) (e.g. ``"is_success"``, bool), computed in the
-        last :meth:`evaluate`; the engine puts them in the info next to ``reward_terms`` (with their ``_key`` masks,
-        and in ``final_info`` with SAME_STEP autoreset). Default: none."""
+        """Task-specific entries of this step's info, each (N,) (e.g. ``"is_success"``, bool).
+
+        Computed in the last :meth:`evaluate`; the engine puts them in the info next to ``reward_terms`` (with their
+        ``_key`` masks, and in ``final_info`` with SAME_STEP autoreset). Default: none.
+        """
         return {}
 
     def render_target(self) -> np.ndarray | None:
-        """(N, 3) float64 m: a point to mark in rendered frames (the episode's target), relative to each env's spawn
-        point (its base at reset), world axes; or ``None`` (default): no marker. Drawn as a small red sphere that
-        nothing collides with (:meth:`unilab_gym.sim.world.ClusterWorld.render`)."""
+        """(N, 3) float64 m: a point to mark in rendered frames (the episode's target), or ``None`` (default).
+
+        Relative to each env's spawn point (its base at reset), world axes; ``None``: no marker. Drawn as a small red
+        sphere that nothing collides with (:meth:`unilab_gym.sim.world.ClusterWorld.render`).
+        """
         return None
 
     def truncation(self, episode_step: np.ndarray, max_episode_steps: int) -> np.ndarray:

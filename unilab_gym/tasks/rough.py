@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,8 +62,9 @@ HEIGHT_SAMPLE_RANGE = (-1.0, 1.0)
 
 @dataclass(frozen=True)
 class RoughConfig(QuadrupedConfig):
-    """The task configuration of ``UniLab/QuadrupedRough-v0``: :class:`~unilab_gym.tasks.quadruped.QuadrupedConfig`'s
-    fields and the terrain's.
+    """The task configuration of ``UniLab/QuadrupedRough-v0``.
+
+    :class:`~unilab_gym.tasks.quadruped.QuadrupedConfig`'s fields and the terrain's.
 
     Raises:
         ValueError: an invalid value, naming the field and the value.
@@ -126,8 +127,11 @@ class RoughConfig(QuadrupedConfig):
 
 
 def _layouts(height_obs: bool) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
-    """The policy and critic layouts: :data:`OBS_LAYOUT` (+ ``height_samples``), and the policy columns followed by
-    the quadruped's privileged columns, then ``height_samples`` (the critic's always)."""
+    """The policy and critic layouts.
+
+    :data:`OBS_LAYOUT` (+ ``height_samples``), and the policy columns followed by the quadruped's privileged
+    columns, then ``height_samples`` (the critic's always).
+    """
     policy = dict(OBS_LAYOUT)
     if height_obs:
         policy["height_samples"] = (OBS_DIM, OBS_DIM + NUM_HEIGHT_POINTS)
@@ -163,6 +167,7 @@ class RoughTask(QuadrupedTask):
     config: RoughConfig
 
     def __init__(self, num_envs: int, config: RoughConfig):
+        """Set up ``num_envs`` envs of ``config`` with a terrain tile each and the curriculum's levels."""
         super().__init__(num_envs, config)
         # the widths depend on height_obs: per instance (the engine reads them from the task object)
         self.obs_layout, self.critic_obs_layout = _layouts(config.height_obs)  # type: ignore[misc]
@@ -189,8 +194,11 @@ class RoughTask(QuadrupedTask):
         return RoughConfig
 
     def sample_episode(self, env: int, rng: np.random.Generator) -> np.ndarray:
-        """The curriculum step for the episode that ended (if it had any step), then :class:`QuadrupedTask`'s draws,
-        then the terrain type (1 draw) and the tile's seed (1 draw); the tile is made from that seed."""
+        """Advance the curriculum and draw the episode, its terrain type and its tile.
+
+        The curriculum step for the episode that ended (if it had any step), then :class:`QuadrupedTask`'s draws,
+        then the terrain type (1 draw) and the tile's seed (1 draw); the tile is made from that seed.
+        """
         config = self.config
         if config.terrain_curriculum and self._steps[env] > 0:
             distance = np.hypot(*(self._final_xy[env] - self._tiles.origin[env]))
@@ -222,6 +230,15 @@ class RoughTask(QuadrupedTask):
         self.episode_parameters[env] = (self.terrain_level[env], self.terrain_type[env])
         return joint_pos
 
+    @classmethod
+    def replay_kwargs(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        """``init_terrain_level``: the recorded ``terrain_level``.
+
+        The curriculum's level depends on the env's earlier episodes; the terrain type and tile come from the episode
+        seed.
+        """
+        return {"init_terrain_level": int(parameters["terrain_level"])}
+
     def start_episodes(self, idx: np.ndarray) -> None:
         """Feet air times and the step count back to 0."""
         super().start_episodes(idx)
@@ -251,8 +268,10 @@ class RoughTask(QuadrupedTask):
             out[:, slice(*self.obs_layout["height_samples"])] = self._height_samples
 
     def critic_observe(self, state: RobotState, obs: np.ndarray, parameters: np.ndarray, out: np.ndarray) -> None:
-        """The policy columns, the quadruped's privileged columns (base height above the terrain), the height
-        samples."""
+        """Write the critic observation into ``out``.
+
+        The policy columns, the quadruped's privileged columns (base height above the terrain), the height samples.
+        """
         quadruped = np.empty((obs.shape[0], CRITIC_OBS_DIM), np.float32)
         critic_observation(
             obs[:, :OBS_DIM], parameters, self._base_height, state.foot_contact, self.feet_air_time, out=quadruped
@@ -265,8 +284,10 @@ class RoughTask(QuadrupedTask):
     def evaluate(
         self, state: RobotState, action: np.ndarray, previous_action: np.ndarray, restarting: np.ndarray
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """:class:`QuadrupedTask`'s terms and fall conditions with the base height above the terrain
-        (:meth:`base_height`); records where each base is (for the curriculum)."""
+        """:class:`QuadrupedTask`'s terms and fall conditions, with the base height above the terrain.
+
+        The height is :meth:`base_height`; also records where each base is (for the curriculum).
+        """
         terms, conditions = super().evaluate(state, action, previous_action, restarting)
         self._final_xy[:] = state.base_pos[:, :2]
         self._steps += 1

@@ -1,7 +1,10 @@
-"""``RunnerControl``: the control API's methods on :class:`~unilab_gym.sb3.runner.AsyncRunner`.
+"""``RunnerControl``: the live control of one :class:`~unilab_gym.sb3.runner.AsyncRunner`, held as its ``control``.
 
-``AsyncRunner`` inherits them; they work on the runner's :class:`~unilab_gym.sb3.control.controller.Controller`,
-which applies changes on the learner's thread between gradient steps (see :mod:`unilab_gym.sb3.control.controller`).
+It owns the runner's :class:`~unilab_gym.sb3.control.controller.Controller`, which applies changes on the
+learner's thread between gradient steps (see :mod:`unilab_gym.sb3.control.controller`), and the optional
+control server. It is given what it works on (the model, the loop, the pool, the metrics) and is closed by
+the runner, instead of reading the runner's private attributes; it holds no reference to the runner.
+``AsyncRunner``'s control methods (``set_hyperparameters``, ``snapshot``, ``restore``, ...) forward to it.
 """
 
 from __future__ import annotations
@@ -24,83 +27,103 @@ if TYPE_CHECKING:
 
 
 class RunnerControl:
-    """Live hyperparameters, snapshots, rollback and the control server of an ``AsyncRunner``."""
+    """Live hyperparameters, snapshots, rollback and the control server of an ``AsyncRunner``.
 
-    _controller: Controller
-    _control_server: ControlServer | None = None
-    _loop: LearnerLoop
-    _pool: CollectorPool
-    metrics: RunnerMetrics
-    model: BaseAlgorithm
+    Args:
+        model: the runner's SB3 model.
+        loop: the runner's learner loop (its ``boundary`` hook is set inside :meth:`controlled`).
+        pool: the runner's collector pool (restored weights are published to it).
+        metrics: the runner's pipeline metrics.
+        control_port: serve the HTTP API on this port (0: any free port), or ``None`` (no server).
+        control_addr: the address the server binds.
+        snapshot_dir: where snapshots go (``None``: a temporary directory per run).
+        snapshot_on_change: snapshot before every hyperparameter change.
+        metrics_app: a Prometheus ASGI app the server mounts at ``/metrics``, or ``None``.
 
-    def _start_control(
+    Raises:
+        ValueError: a bad ``control_port`` / ``control_addr`` / ``snapshot_dir`` (raised by the server or the store).
+    """
+
+    def __init__(
         self,
+        model: BaseAlgorithm,
+        loop: LearnerLoop,
+        pool: CollectorPool,
+        metrics: RunnerMetrics,
+        *,
         control_port: int | None,
         control_addr: str,
         snapshot_dir: str | Path | None,
         snapshot_on_change: bool,
         metrics_app: Any = None,
     ) -> None:
-        """Make the controller (and the server, with ``control_port``); the loop and the pool exist."""
-        self._controller = Controller(
-            self.model,
-            self._loop,
+        """Make the controller, and the server with ``control_port`` (arguments: see the class docstring)."""
+        self.model, self._loop, self._pool, self._metrics = model, loop, pool, metrics
+        self._closed = False
+        #: the :class:`~unilab_gym.sb3.control.controller.Controller` (applies requests between gradient steps).
+        self.controller = Controller(
+            model,
+            loop,
             snapshot_dir=snapshot_dir,
             snapshot_on_change=snapshot_on_change,
             after_restore=self._publish_restored,
             status=self._runner_status,
         )
-        self._control_server = None
+        #: the HTTP server (:class:`~unilab_gym.sb3.control.server.ControlServer`), or ``None`` without a port.
+        self.server: ControlServer | None = None
         if control_port is not None:
             from unilab_gym.sb3.control.server import ControlServer
 
-            self._control_server = ControlServer(
-                self._controller,
-                control_port,
-                control_addr,
-                token_dir=self._controller.store.directory,
-                metrics_app=metrics_app,
-                run_id=self._controller.store.run_id,
-            )
+            try:
+                self.server = ControlServer(
+                    self.controller,
+                    control_port,
+                    control_addr,
+                    token_dir=self.controller.store.directory,
+                    metrics_app=metrics_app,
+                    run_id=self.controller.store.run_id,
+                )
+            except BaseException:
+                self.controller.close()
+                raise
 
-    def _stop_control(self) -> None:
-        """Stop the server; the app, the server's thread and the model keep no reference to the runner."""
-        if self._control_server is not None:
-            self._control_server.close()
-            self._control_server = None
-        controller = getattr(self, "_controller", None)
-        if controller is not None:
-            controller.close()
+    def close(self) -> None:
+        """Stop the server and the controller (the app, its thread and the model keep no reference). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        self.controller.close()
 
     @contextlib.contextmanager
-    def _controlled(self) -> Iterator[None]:
+    def controlled(self) -> Iterator[None]:
         """Inside ``learn()``: requests are applied at the loop's boundaries, on this thread."""
-        self._controller.begin()
-        self._loop.boundary = self._controller.boundary
+        self.controller.begin()
+        self._loop.boundary = self.controller.boundary
         failed = True
         try:
             yield
             failed = False
         finally:
             self._loop.boundary = None
-            self._controller.end(failed)
+            self.controller.end(failed)
 
     def _publish_restored(self) -> None:
-        if not getattr(self, "_closed", True):
-            self._loop.publish(self._pool, self.metrics)  # collectors get the restored weights as a new version
+        if not self._closed:
+            self._loop.publish(self._pool, self._metrics)  # collectors get the restored weights as a new version
 
     def _runner_status(self) -> dict[str, Any]:
-        if getattr(self, "_closed", True):
+        if self._closed:
             return {"closed": True, "collectors": []}
-        status = getattr(self, "collector_status", None)
-        collectors = status() if callable(status) else [dataclasses.asdict(s) for s in self._pool.status()]
         return {
             "closed": False,
             "weight_version": int(self._pool.weight_version),
             "policy_lag": int(self._pool.policy_lag()),
             "max_policy_lag": self.max_policy_lag,
             "replay_ratio": self.replay_ratio,
-            "collectors": collectors,
+            "collectors": [dataclasses.asdict(s) for s in self._pool.status()],
         }
 
     # ------------------------------------------------------------------ public API
@@ -124,7 +147,7 @@ class RunnerControl:
 
         ``None`` without ``control_port``, or once closed.
         """
-        return self._control_server.url if self._control_server is not None else None
+        return self.server.url if self.server is not None else None
 
     @property
     def control_token_path(self) -> Path | None:
@@ -133,7 +156,7 @@ class RunnerControl:
         ``control_token`` in the run's directory, or ``control_token-<run id>`` if another live run holds that
         name. ``None`` without ``control_port``, or once closed.
         """
-        return self._control_server.token_path if self._control_server is not None else None
+        return self.server.token_path if self.server is not None else None
 
     @property
     def control_token(self) -> str | None:
@@ -141,7 +164,7 @@ class RunnerControl:
 
         Also written, mode 0600, to ``control_token`` in the run's directory. ``None`` without ``control_port``.
         """
-        return self._control_server.token if self._control_server is not None else None
+        return self.server.token if self.server is not None else None
 
     def set_hyperparameters(self, **values: Any) -> dict[str, Any]:
         """Change hyperparameters of the running job; return the current values once applied.
@@ -163,11 +186,11 @@ class RunnerControl:
                 message names it and its valid range); nothing changes, the other values included.
             TimeoutError: the learner reached no boundary within 60 s; nothing changes.
         """
-        return self._controller.set_hyperparameters(values, source="python")
+        return self.controller.set_hyperparameters(values, source="python")
 
     def hyperparameters(self) -> dict[str, Any]:
         """The current values of the live hyperparameters, by name (JSON types)."""
-        return self._controller.hyperparameters()
+        return self.controller.hyperparameters()
 
     def hyperparameter_history(self) -> list[dict[str, Any]]:
         """The hyperparameter changes, one dict per change, oldest first.
@@ -175,7 +198,7 @@ class RunnerControl:
         Keys: ``time`` (Unix s), ``num_timesteps``, ``name``, ``old``, ``new``, ``source`` (``"python"`` or
         ``"http"``).
         """
-        return self._controller.hyperparameter_history()
+        return self.controller.hyperparameter_history()
 
     def snapshot(self, include_replay: bool = False) -> str:
         """Save a snapshot of the learner in ``snapshot_dir``; return its id.
@@ -193,7 +216,7 @@ class RunnerControl:
         Raises:
             ValueError: ``include_replay`` is not a bool, or the model has no replay.
         """
-        return self._controller.snapshot(include_replay)
+        return self.controller.snapshot(include_replay)
 
     def snapshots(self) -> list[dict[str, Any]]:
         """The snapshots taken, oldest first.
@@ -201,7 +224,7 @@ class RunnerControl:
         Keys: ``id``, ``time`` (Unix s), ``num_timesteps``, ``hyperparameters``, ``bytes`` (files on disk),
         ``include_replay``, ``path``, ``run_id``, ``files``, ``sha256`` (``{file name: hex digest}``).
         """
-        return self._controller.snapshots()
+        return self.controller.snapshots()
 
     def restore(self, snapshot_id: str) -> dict[str, Any]:
         """Roll the learner back to snapshot ``snapshot_id``; return the hyperparameters in force.
@@ -222,4 +245,4 @@ class RunnerControl:
             ValueError: the snapshot does not fit the model; nothing changed.
             RuntimeError: the replay could not be loaded (a collector kept rows in flight); nothing changed.
         """
-        return self._controller.restore(snapshot_id, source="python")
+        return self.controller.restore(snapshot_id, source="python")
