@@ -193,6 +193,96 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
     #: The task on the seam (a :class:`~unilab_gym.tasks.base.Task` subclass); a subclass of this env sets another.
     task_type: type[Task] = QuadrupedTask
 
+    # The env's state, in three groups (set in __init__). Configuration: fixed once built (the task's values are
+    # read from ``config``, see the properties below; ``max_episode_steps`` alone may change, through set_attr).
+    num_envs: int
+    config: Any  # the task's TaskConfig (task_type.config_type()), e.g. a QuadrupedConfig
+    task_config: dict[str, Any]
+    task: Task
+    autoreset_mode: AutoresetMode
+    privileged_obs: bool
+    render_mode: str | None
+    max_episode_steps: int
+    _clusters: list[tuple[slice, ClusterWorld]]  # (rows, world) of each EIC cluster
+    _external: bool  # task.actuation == "external": forces from task.forces(), no joint PD
+    _kp_nominal: np.ndarray  # (J,) the config's gains and the URDF's torque limits, before randomization
+    _kd_nominal: np.ndarray
+    _torque_limits_nominal: np.ndarray
+    # Per-env episode state: row i is env i's current episode, rewritten when env i resets.
+    episode_step: np.ndarray  # (N,) int64 control steps of the episode
+    episode_seed: np.ndarray  # (N,) int64
+    parameters: np.ndarray  # (N, P) float64 physics parameters
+    kp: np.ndarray  # (N, J) float64 PD gains and torque limits of the episode
+    kd: np.ndarray
+    torque_limits: np.ndarray
+    _env_rngs: list[np.random.Generator | None]  # each env's stream (episode seeds); env_rng / set_env_rng
+    _episode_rngs: list[np.random.Generator | None]  # each episode's stream (pushes)
+    _episode_index: np.ndarray  # (N,) int64 episodes started (-1 before the first)
+    _episode_return: np.ndarray  # (N,) float64
+    _episode_recorded: np.ndarray  # (N,) bool: this episode is in the parameter trace
+    _latency: np.ndarray  # (N,) int64 control steps of action latency
+    _push_every: np.ndarray  # (N,) int64 control steps between pushes, 0 = none
+    _last_action: np.ndarray  # (N, A) float64 the previous applied action (in the observation)
+    _autoreset_envs: np.ndarray  # (N,) bool NEXT_STEP: restart at the next step
+    _finished: np.ndarray  # (N,) bool DISABLED: terminated or truncated since their reset
+    _needs_reset: bool  # no reset() yet
+    _fifo: np.ndarray | None  # (N, max_latency + 1, A) the latency ring of actions, with its head
+    _fifo_head: int
+    # Scratch: buffers and views reused every step (their values mean nothing between steps).
+    _state: RobotState  # (N, ...) robot states, read from the worlds; _state_view its read-only view
+    _state_view: RobotState
+    _obs: np.ndarray  # (N, obs_dim) float32
+    _critic_obs: np.ndarray | None  # (N, critic_obs_dim) float32 with privileged_obs
+    _arange: np.ndarray  # (N,) int64
+    _all_envs: np.ndarray  # (N,) bool, read-only masks
+    _no_envs: np.ndarray
+
+    # ------------------------------------------------------------------ configuration, read from config
+    @property
+    def robot(self) -> Any:
+        """The :class:`~unilab_gym.robots.RobotDescription` every env holds (``config.robot``)."""
+        return self.config.robot
+
+    @property
+    def dt(self) -> Any:
+        """Physics step in s (``config.dt``)."""
+        return self.config.dt
+
+    @property
+    def substeps(self) -> Any:
+        """Physics steps per control step (``config.substeps``)."""
+        return self.config.substeps
+
+    @property
+    def control_dt(self) -> Any:
+        """Control period in s, ``dt * substeps`` (``config.control_dt``)."""
+        return self.config.control_dt
+
+    @property
+    def action_scale(self) -> Any:
+        """Action to joint-target scale (``config.action_scale``, rad per unit action for joint tasks)."""
+        return self.config.action_scale
+
+    @property
+    def domain_randomization(self) -> Any:
+        """The :class:`~unilab_gym.randomization.DomainRandomization` of ``config``."""
+        return self.config.domain_randomization
+
+    @property
+    def reward_weights(self) -> Any:
+        """``config.reward_weights``, or ``None`` for a task without them."""
+        return getattr(self.config, "reward_weights", None)
+
+    @property
+    def termination(self) -> Any:
+        """``config.termination``, or ``None`` for a task without it."""
+        return getattr(self.config, "termination", None)
+
+    @property
+    def init_joint_noise(self) -> Any:
+        """``config.init_joint_noise``, or ``None`` for a task without it."""
+        return getattr(self.config, "init_joint_noise", None)
+
     def __init__(
         self,
         num_envs: int = 1,
@@ -230,18 +320,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
             task_type=self.task_type, env_name=type(self).__name__,
         )  # fmt: skip
         self.task_config: dict[str, Any] = config.to_dict()
-        self.max_episode_steps = config.max_episode_steps
-        self.dt = config.dt
-        self.substeps = config.substeps
-        self.control_dt = config.control_dt
-        self.action_scale = config.action_scale
-        # the Quadruped task's (None for a task without them)
-        self.reward_weights = getattr(config, "reward_weights", None)
-        self.termination = getattr(config, "termination", None)
-        self.init_joint_noise = getattr(config, "init_joint_noise", None)
-        self.domain_randomization = config.domain_randomization
-        #: The robot every env holds (``config.robot``).
-        self.robot = config.robot
+        self.max_episode_steps = config.max_episode_steps  # the one copy: set_attr may change it
         #: The task math on the seam (:class:`~unilab_gym.tasks.base.Task`), batched over the N envs.
         self.task: Task = self.task_type(self.num_envs, config)
         task = self.task
@@ -553,26 +632,6 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
                     "them again, or leave them out of step(actions, active=mask). No env was stepped."
                 )
         return self._advance(action, mask, t_start)
-
-    def _step(
-        self, actions: Any, allow_finished: bool | np.ndarray = False
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Deprecated private form kept for the Tianshou adapter until it calls ``step(actions, active=...)``:
-        every env is stepped, and with autoreset ``"Disabled"`` the finished envs of ``allow_finished`` too."""
-        t_start = time.perf_counter_ns()
-        self._check_open()
-        if self._needs_reset:
-            raise ResetNeeded("call reset() before step()")
-        action = self._validate_actions(actions, None)
-        if self.autoreset_mode == AutoresetMode.DISABLED:
-            blocked = self._finished & ~np.asarray(allow_finished, dtype=bool)
-            if blocked.any():
-                raise FinishedEnvError(
-                    f"envs {np.flatnonzero(blocked).tolist()} terminated or truncated and were not reset; with "
-                    "autoreset_mode='Disabled' reset them (reset(options={'reset_mask': mask})) before stepping "
-                    "them again. No env was stepped."
-                )
-        return self._advance(action, None, t_start)
 
     def _advance(
         self, action: np.ndarray, active: np.ndarray | None, t_start: int
