@@ -115,8 +115,10 @@ class GaitRecord:
         }
 
     def episode_figures(self, i: int) -> dict[str, float]:
-        """Episode ``i``'s ``tracking_error_mps``, ``duty_factor`` (mean over feet), ``base_height_m`` and
-        ``tilt_rad`` (per-step means, the units of :meth:`summary`)."""
+        """Episode ``i``'s gait figures, as per-step means in the units of :meth:`summary`.
+
+        ``tracking_error_mps``, ``duty_factor`` (mean over feet), ``base_height_m`` and ``tilt_rad``.
+        """
         steps = float(self.lengths[i])
         return {
             "tracking_error_mps": float(self.tracking_error_sum[i] / steps),
@@ -138,6 +140,7 @@ class GaitMeter:
     """
 
     def __init__(self, added_mass: np.ndarray, robot_mass: float | None = None) -> None:
+        """Start every env's episode with zero sums (arguments: see the class docstring)."""
         n = len(added_mass)
         self.mass = (urdf_mass() if robot_mass is None else float(robot_mass)) + np.asarray(added_mass, np.float64)
         #: (n,) bool: envs whose episode has not ended yet.
@@ -157,9 +160,12 @@ class GaitMeter:
         state: Any,
         base_height: np.ndarray | None = None,
     ) -> None:
-        """Count one step: ``obs`` (n, 48), ``reward``/``terminated``/``truncated`` (n,), ``state`` the env's
-        ``robot_state`` after the step, ``base_height`` (n,) m above the ground (default: the base's z, above
-        the plane; on rough terrain pass the task's ``base_height(state)``)."""
+        """Count one step of the envs whose episode has not ended.
+
+        ``obs`` (n, 48), ``reward``/``terminated``/``truncated`` (n,), ``state`` the env's ``robot_state`` after the
+        step, ``base_height`` (n,) m above the ground (default: the base's z, above the plane; on rough terrain pass
+        the task's ``base_height(state)``).
+        """
         active = self.active
         live = active.astype(np.float64)
         self.returns += live * reward
@@ -322,8 +328,11 @@ class EpisodeRecord:
     success: np.ndarray | None
 
     def summary(self) -> dict[str, float | int | None]:
-        """``return_mean``, ``return_std``, ``length_mean`` (steps), ``terminated_rate``, ``success_rate``
-        (``None`` for a task without success) and ``episodes``."""
+        """The figures over the episodes, by name.
+
+        ``return_mean``, ``return_std``, ``length_mean`` (steps), ``terminated_rate``, ``success_rate`` (``None`` for
+        a task without success) and ``episodes``.
+        """
         return {
             "return_mean": float(self.returns.mean()),
             "return_std": float(self.returns.std()),

@@ -101,9 +101,11 @@ def estimate_env_bytes(
 
 
 def available_bytes() -> int:
-    """Memory this process can still get, in bytes: the least of the system's available memory
-    (``psutil.virtual_memory().available``), the headroom under a cgroup (container) memory limit, and
-    the headroom under ``RLIMIT_AS`` (``ulimit -v``)."""
+    """Memory this process can still get, in bytes.
+
+    The least of the system's available memory (``psutil.virtual_memory().available``), the headroom under a cgroup
+    (container) memory limit, and the headroom under ``RLIMIT_AS`` (``ulimit -v``).
+    """
     out = psutil.virtual_memory().available
     for limit_file, usage_file in (
         ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2

@@ -295,6 +295,7 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         privileged_obs: bool = False,
         **task_kwargs: Any,
     ):
+        """Check the arguments, build the task and the cluster worlds (arguments: see the class docstring)."""
         check_task_kwargs("UniLabVectorEnv", task_kwargs, VECTOR_ENV_ARGS, self.task_type.config_type())
         self.num_envs = check_positive_int("num_envs", num_envs)
         envs_per_cluster = check_positive_int("envs_per_cluster", envs_per_cluster)
@@ -500,8 +501,10 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         return self._env_rngs[self._check_env_index(index)]
 
     def set_env_rng(self, index: int, rng: np.random.Generator | None) -> None:
-        """Replace env ``index``'s random stream with ``rng`` (used as is, not copied); ``None`` reseeds it from fresh
-        entropy at its next reset. The next episode seed it draws is ``rng.integers(2**63)``.
+        """Replace env ``index``'s random stream with ``rng`` (used as is, not copied).
+
+        ``None`` reseeds it from fresh entropy at its next reset. The next episode seed it draws is
+        ``rng.integers(2**63)``.
 
         This continues a stream in a new env (e.g. :class:`~unilab_gym.envs.QuadrupedEnv` reconnecting after
         ``close()``: ``new.set_env_rng(0, old.env_rng(0))``).
@@ -683,7 +686,8 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
 
         Args:
             index: the env, in [0, N).
-            width, height: image size in pixels (default 320 x 240, the size of :meth:`render`'s frames).
+            width: image width in pixels (default 320, as :meth:`render`'s frames).
+            height: image height in pixels (default 240, as :meth:`render`'s frames).
             camera: ``None`` (default): the task's camera (:attr:`~unilab_gym.tasks.base.Task.camera`, following env
                 ``index``'s robot or its spawn point); or another :class:`~unilab_gym.sim.camera.Camera`.
 
@@ -693,20 +697,23 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         rows, world = self._cluster_of(index)
         targets = self.task.render_target()
         marker = None if targets is None else targets[index]
-        return world.render(
-            index - rows.start, width, height, self.task.camera if camera is None else camera, marker
-        )
+        return world.render(index - rows.start, width, height, self.task.camera if camera is None else camera, marker)
 
     def parameter_trace(self) -> list[dict[str, Any]]:
-        """One record per finished episode (terminated or truncated) of every env, in the order they
-        finished: env index, episode index, episode seed, command, parameters, return, length and
-        termination cause; the last ``trace_max_records`` of them (every one is in ``trace_path`` if
-        given). The format is in :mod:`unilab_gym.trace`."""
+        """One record per finished episode (terminated or truncated) of every env, in the order they finished.
+
+        Env index, episode index, episode seed, command, parameters, return, length and termination cause; the last
+        ``trace_max_records`` of them (every one is in ``trace_path`` if given). The format is in
+        :mod:`unilab_gym.trace`.
+        """
         return self._trace.records()
 
     def save_parameter_trace(self, path: str | Path) -> Path:
-        """Write :meth:`parameter_trace` (the records in memory) to ``path`` as JSON Lines, after a header
-        line with the package versions and :attr:`task_config` (see :mod:`unilab_gym.trace`). Returns the path."""
+        """Write :meth:`parameter_trace` (the records in memory) to ``path`` as JSON Lines; return the path.
+
+        The records follow a header line with the package versions and :attr:`task_config` (see
+        :mod:`unilab_gym.trace`).
+        """
         return write_jsonl(path, self.task_config, self.parameter_trace(), env_id_of(type(self)))
 
     def close_extras(self, **kwargs: Any) -> None:
@@ -1022,8 +1029,10 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self._episode_recorded[idx] = False
 
     def _push(self, restarting: np.ndarray) -> None:
-        """Push the envs whose push is due before this step: add ``push_velocity`` m/s to the base,
-        horizontally, in a direction drawn from the episode's stream."""
+        """Push the envs whose push is due before this step.
+
+        Adds ``push_velocity`` m/s to the base, horizontally, in a direction drawn from the episode's stream.
+        """
         every = self._push_every
         due = (every > 0) & (self.episode_step > 0) & (self.episode_step % np.maximum(every, 1) == 0) & ~restarting
         if not due.any():
@@ -1047,8 +1056,11 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         self.task.observe(self._state, self._last_action, out=self._obs)
 
     def _observation(self) -> Any:  # np.ndarray, or dict[str, np.ndarray] with privileged_obs
-        """A copy of the current observation: (N, 48), or ``{"policy": (N, 48), "critic": (N, 68)}`` with
-        ``privileged_obs`` (the critic columns written now, from the current state)."""
+        """A copy of the current observation.
+
+        (N, 48), or ``{"policy": (N, 48), "critic": (N, 68)}`` with ``privileged_obs`` (the critic columns written
+        now, from the current state).
+        """
         if self._critic_obs is None:
             return self._obs.copy()
         self.task.critic_observe(self._state, self._obs, self.parameters, out=self._critic_obs)
@@ -1070,8 +1082,10 @@ class UniLabVectorEnv(VectorEnv, gym.Env):  # type: ignore[misc]  # gymnasium's 
         }
 
     def _step_info(self, terms: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, Any]:
-        """Gymnasium vector info for the reward terms of the envs in ``mask``, and the task's own entries
-        (:meth:`Task.step_info <unilab_gym.tasks.base.Task.step_info>`, e.g. ``is_success``)."""
+        """Gymnasium vector info for the reward terms of the envs in ``mask``, and the task's own entries.
+
+        The task's entries are :meth:`Task.step_info <unilab_gym.tasks.base.Task.step_info>` (e.g. ``is_success``).
+        """
         nested: dict[str, Any] = {}
         for name, value in terms.items():
             nested[name] = np.where(mask, value, 0.0)
@@ -1093,13 +1107,16 @@ class EnvFrames(Sequence):
     """A lazy sequence of the N envs' frames: ``frames[i]`` draws env ``i`` when first indexed."""
 
     def __init__(self, env: UniLabVectorEnv):
+        """Draw env 0's frame now; the others when first indexed."""
         self._env = env
         self._cache: dict[int, np.ndarray] = {0: env.render_env(0)}
 
     def __len__(self) -> int:
+        """N, the number of envs."""
         return self._env.num_envs
 
     def __getitem__(self, index: int) -> np.ndarray:  # type: ignore[override]
+        """Env ``index``'s frame (negative indices count from the end; a slice gives a list)."""
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         index = index + len(self) if index < 0 else index

@@ -192,9 +192,12 @@ def onnx_metadata(path: str | Path) -> dict[str, str]:
 
 
 def model_env_id(model: Any) -> str:
-    """The registered id of the env an SB3 model was built on (``model.get_env()``, through SB3's ``VecEnv``
-    wrappers down to its :class:`~unilab_gym.vector_env.UniLabVectorEnv`, whose ``spec`` ``gym.make_vec`` set), else
-    ``UniLab/Quadruped-v0`` (a ``PolicyNet``, a model loaded without an env, or an env not made from an id)."""
+    """The registered id of the env an SB3 model was built on, else ``UniLab/Quadruped-v0``.
+
+    Found from ``model.get_env()``, through SB3's ``VecEnv`` wrappers down to its
+    :class:`~unilab_gym.vector_env.UniLabVectorEnv`, whose ``spec`` ``gym.make_vec`` set; the default is for a
+    ``PolicyNet``, a model loaded without an env, or an env not made from an id.
+    """
     get_env = getattr(getattr(model, "student", model), "get_env", None)
     env = get_env() if callable(get_env) else None
     for _ in range(16):  # VecMonitor -> SB3VecEnv -> UniLabVectorEnv (and any VecEnvWrapper between)
@@ -208,8 +211,10 @@ def model_env_id(model: Any) -> str:
 
 @cache
 def task_facts(env_id: str) -> dict[str, Any]:
-    """What an export records of the task ``env_id`` (its default arguments; cached): ``obs_dim``, ``act_dim``,
-    ``obs_layout`` (name -> [start, stop) columns), ``action_scale`` and ``control_period`` (s).
+    """What an export records of the task ``env_id`` (its default arguments; cached).
+
+    ``obs_dim``, ``act_dim``, ``obs_layout`` (name -> [start, stop) columns), ``action_scale`` and
+    ``control_period`` (s).
 
     Raises:
         ValueError: ``env_id`` does not make a :class:`~unilab_gym.vector_env.UniLabVectorEnv`.
