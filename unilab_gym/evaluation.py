@@ -255,7 +255,7 @@ def record_gait(
                 action, _ = model.predict(normalize(obs), deterministic=deterministic)
                 obs, reward, terminated, truncated, _ = env.step(np.asarray(action, np.float32))
                 state = base.robot_state
-                task: QuadrupedTask = base.task  # type: ignore[assignment]  # checked above
+                task: QuadrupedTask = base.task  # checked above
                 meter.update(obs, reward, terminated, truncated, state, task.base_height(state))
     finally:
         env.close()
