@@ -372,6 +372,39 @@ def test_replay_env_refuses_an_env_id_that_is_not_registered():
         replay_env({"type": "header", "env_id": None, "env": {}}, record)
 
 
+class _MyQuadrupedEnv(UniLabVectorEnv):
+    """A user's env class (the default task), registered under its own id by the test below."""
+
+
+@pytest.fixture
+def registered_user_env():
+    gym.register("TestOnly/MyQuadruped-v0", vector_entry_point=_MyQuadrupedEnv)
+    yield "TestOnly/MyQuadruped-v0"
+    del gym.registry["TestOnly/MyQuadruped-v0"]
+
+
+def test_a_user_env_class_registered_under_its_own_id_is_named_in_the_trace_and_replayed(
+    registered_user_env, tmp_path, closing
+):
+    env = _MyQuadrupedEnv(1, max_episode_steps=2, trace_path=tmp_path / "trace.jsonl")
+    try:
+        env.reset(seed=0)
+        for _ in range(2):
+            env.step(np.zeros((1, 12)))
+    finally:
+        env.close()
+    header, (record,) = read_jsonl(tmp_path / "trace.jsonl")
+    assert header["env_id"] == registered_user_env
+    replay, _, _ = replay_env(header, record)
+    try:
+        assert type(replay) is _MyQuadrupedEnv
+    finally:
+        replay.close()
+    assert _MyQuadrupedEnv.__mro__[1] is UniLabVectorEnv  # a subclass: not UniLab/Quadruped-v0's class itself
+    default = closing(UniLabVectorEnv(1))
+    assert read_jsonl(default.save_parameter_trace(tmp_path / "a1.jsonl"))[0]["env_id"] == QUADRUPED_ID
+
+
 # --------------------------------------------------------------------------- privileged observations
 def _parameter_columns(layout):
     """The critic's columns of the physics parameters (:data:`PARAMETER_NAMES` order)."""
