@@ -630,7 +630,13 @@ TASK_SETTINGS: dict[str, dict[str, Any]] = {
         "eval_env_kwargs": {"max_episode_steps": 250},
     },
     "UniLab/PandaReach-v0": {"num_envs": 16, "eval_episodes": 64, "normalize": False, "ppo": _ARM_PPO},
-    "UniLab/PandaPick-v0": {"num_envs": 16, "eval_episodes": 64, "normalize": False, "ppo": _ARM_PPO},
+    # the settings of PandaPick's staged-reward, end-effector-control training runs (issue 27, 2026-12-02 session 3)
+    "UniLab/PandaPick-v0": {
+        "num_envs": 16,
+        "eval_episodes": 64,
+        "normalize": True,
+        "ppo": {**_ARM_PPO, "n_epochs": 10, "gamma": 0.98, "policy_kwargs": {"net_arch": [256, 256]}},
+    },
     "UniLab/Quadrotor-v0": {
         "num_envs": 32,
         "eval_episodes": 32,
