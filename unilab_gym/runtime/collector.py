@@ -39,7 +39,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
@@ -61,6 +61,10 @@ from unilab_gym.runtime.errors import CollectorError
 from unilab_gym.runtime.normalization import CollectorNormalizer, NormalizationSpec
 from unilab_gym.runtime.weights import SharedWeights, WeightsHandle, WeightsReader, load_flat, vector_size
 from unilab_gym.shm import Segment
+
+if TYPE_CHECKING:
+    import torch
+    from gymnasium.vector import VectorEnv
 
 #: How long a collector sleeps between checks while it may not collect, in s.
 IDLE_WAIT_S = 0.0005
@@ -155,7 +159,7 @@ class Outbox:
         return taken
 
 
-def make_vector_env(spec: CollectorSpec, autoreset_mode: str | None = None) -> Any:
+def make_vector_env(spec: CollectorSpec, autoreset_mode: str | None = None) -> VectorEnv:
     """The collector's gymnasium ``VectorEnv`` (with ``autoreset_mode`` if given and made from ``env_id``)."""
     if spec.env_fn is not None:
         return spec.env_fn(spec.num_envs)
@@ -404,7 +408,7 @@ class Collector:
         self,
         spec: CollectorSpec,
         env: Any,
-        policy: Any,
+        policy: torch.nn.Module,
         weights: WeightsReader,
         control: CounterTable,
         conn: MessageSink,

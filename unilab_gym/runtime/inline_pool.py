@@ -48,8 +48,9 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +59,9 @@ from unilab_gym.runtime.counters import PROGRESS, PROGRESS_NS, CounterTable
 from unilab_gym.runtime.errors import CollectorError, root_cause
 from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, Reports
 from unilab_gym.runtime.weights import LocalWeights
+
+if TYPE_CHECKING:
+    import torch
 
 #: Most rounds of :meth:`InlineCollectorPool.wait` (one loop iteration of each collector, e.g. one vector-env
 #: step) before the learner gets control back (its callbacks, metrics and fault checks).
@@ -117,7 +121,7 @@ class _Turns:
     :meth:`pause` (nothing to do), or by ending (:attr:`outcome` then says how).
     """
 
-    def __init__(self, name: str, target: Any):
+    def __init__(self, name: str, target: Callable[[_Turns], None]):
         self._go = threading.Semaphore(0)
         self._back = threading.Semaphore(0)
         self._thread = threading.Thread(target=self._main, args=(target,), name=name, daemon=True)
@@ -177,7 +181,7 @@ class _Turns:
         self._go.acquire()
         self._used = False
 
-    def _main(self, target: Any) -> None:
+    def _main(self, target: Callable[[_Turns], None]) -> None:
         outcome = _Outcome()
         try:
             target(self)
@@ -195,7 +199,9 @@ class InlineCollector(Collector):
     ends the collector's turn instead of sleeping.
     """
 
-    def __init__(self, spec: CollectorSpec, env: Any, policy: Any, pool: InlineCollectorPool, turns: _Turns):
+    def __init__(
+        self, spec: CollectorSpec, env: Any, policy: torch.nn.Module, pool: InlineCollectorPool, turns: _Turns
+    ):
         """A collector on ``pool``'s counters, weights and outbox, stepped in ``turns``."""
         super().__init__(spec, env, policy, pool.weights, pool.control, pool.outboxes[spec.index])
         self._turns = turns
@@ -262,7 +268,7 @@ class InlineCollectorPool(CollectorPool):
         # one assignment: the metrics server's status() sees no turns or all of them
         self._turns = [_Turns(f"unilab-inline-collector-{c}", self._collector(c)) for c in range(self.num_collectors)]
 
-    def _collector(self, c: int) -> Any:
+    def _collector(self, c: int) -> Callable[[_Turns], None]:
         """The body of collector ``c``'s thread: build its env and policy, run a copy of its writer."""
         spec = self.setup.collector_spec(c, 0, parent_pid=os.getppid())  # the policy: from the pool's bytes
         spec = replace(spec, writer=copy.deepcopy(spec.writer))  # what a process unpickles: nothing shared

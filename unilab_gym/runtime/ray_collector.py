@@ -32,7 +32,7 @@ import threading
 import time
 import traceback
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from unilab_gym.runtime.collector import Collector, CollectorSpec, Outbox, make_
 from unilab_gym.runtime.counters import PROGRESS, PROGRESS_NS, ROLLOUTS, TRANSITIONS, CounterTable
 from unilab_gym.runtime.weights import LocalWeights
 from unilab_gym.shm import SHM_DIR
+
+if TYPE_CHECKING:
+    import torch
 
 #: The names this module had before they moved to neutral modules (kept for imports of 0.1):
 #: :class:`~unilab_gym.runtime.counters.CounterTable`, :class:`~unilab_gym.runtime.weights.LocalWeights`,
@@ -231,7 +234,12 @@ class StagedCollector(Collector):
     """
 
     def __init__(
-        self, spec: CollectorSpec, env: Any, policy: Any, actor: CollectorActor, stage: ReplayStage | RolloutStage
+        self,
+        spec: CollectorSpec,
+        env: Any,
+        policy: torch.nn.Module,
+        actor: CollectorActor,
+        stage: ReplayStage | RolloutStage,
     ):
         """A collector on ``actor``'s counters, weights and outbox, writing into ``stage``."""
         super().__init__(spec, env, policy, actor.weights, actor.control, actor.outbox)
