@@ -99,9 +99,17 @@ def test_env_i_matches_alone_with_neighbours_in_its_lane_and_autoresets(closing,
     rng = np.random.default_rng(7)
     act_dim = 7 if env_cls is PandaReachVectorEnv else 4
     actions = rng.uniform(-1, 1, (steps, n, act_dim))
+    kwargs = {}
+    if env_cls is PandaPickVectorEnv:  # first episode: envs 0 and 1 drive the hand into the object, 2 and 3 away
+        kwargs = {"ee_max_step": 0.1}
+        probe = closing(env_cls(1))
+        probe.reset(options={"episode_seed": 1234})
+        st = probe.robot_state
+        into = (st.object_pos[0] - st.end_effector_pos[0]) / 0.3
+        actions[:5, :, :3] = np.clip([into, into, -into, -into], -1, 1)
     runs = {}
     for epc in (4, 3, 1):
-        env = closing(env_cls(n, envs_per_cluster=epc, max_episode_steps=5))
+        env = closing(env_cls(n, envs_per_cluster=epc, max_episode_steps=5, **kwargs))
         obs, _ = env.reset(seed=11, options={"episode_seed": 1234})
         out = [np.concatenate([obs, np.zeros((n, 3))], axis=1)]
         for a in actions:
@@ -112,7 +120,7 @@ def test_env_i_matches_alone_with_neighbours_in_its_lane_and_autoresets(closing,
     np.testing.assert_array_equal(runs[4], runs[3])
     np.testing.assert_array_equal(runs[4], runs[1])
     for i in (0, 2):
-        alone = closing(env_cls(1, max_episode_steps=5))
+        alone = closing(env_cls(1, max_episode_steps=5, **kwargs))
         obs, _ = alone.reset(seed=11 + i, options={"episode_seed": 1234})
         np.testing.assert_array_equal(obs[0], runs[4][0, i, : obs.shape[1]])
         for t, a in enumerate(actions):

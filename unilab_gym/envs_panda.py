@@ -45,14 +45,16 @@ class PandaPickVectorEnv(UniLabVectorEnv):
     parameter trace (``object_shape``, ``object_size``, ``object_mass``, ``object_friction``).
 
     Spaces:
-        ``single_action_space``: Box(-1, 1, (8,), float32): 7 arm joint targets as Reach, then the gripper (both
-        fingers' target opening ``0.04 * (a + 1) / 2`` m).
-        ``single_observation_space``: Box(-inf, inf, (54,), float32), layout
-        :data:`unilab_gym.tasks.panda.PICK_OBS_LAYOUT`; with ``privileged_obs=True`` a ``Dict`` of it and the (69,)
+        ``single_action_space``: Box(-1, 1, (4,), float32): panda-gym's end-effector control: the grasp point's
+        displacement (x, y, z; 0.05 m per unit and control step, the hand kept pointing down, joint targets from
+        numpy inverse kinematics), then the gripper (both fingers' target opening ``0.04 * (a + 1) / 2`` m).
+        ``single_observation_space``: Box(-inf, inf, (53,), float32), layout
+        :data:`unilab_gym.tasks.panda.PICK_OBS_LAYOUT`; with ``privileged_obs=True`` a ``Dict`` of it and the (68,)
         ``"critic"`` (physics parameters and the object's parameters appended).
 
-    Reward: :class:`~unilab_gym.tasks.panda.PickRewardWeights` (reach, goal, success, action_rate). ``terminated``:
-    the object was knocked more than 1 m from the base (``object_lost``); ``truncated`` after 100 control steps (4 s).
+    Reward: :class:`~unilab_gym.tasks.panda.PickRewardWeights` (robosuite Lift's staged reward: reach, grasp, lift,
+    then goal, success, action_rate). ``terminated``: the object was knocked more than 1 m from the base
+    (``object_lost``); ``truncated`` after 50 control steps (2 s).
     ``info["is_success"]`` (N,) bool: the object within 5 cm of the goal (Gymnasium-Robotics' pick-and-place rule).
 
     Args: those of :class:`~unilab_gym.vector_env.UniLabVectorEnv`; the task keyword arguments are the fields of
@@ -75,7 +77,7 @@ class PandaReachEnv(QuadrupedEnv):
 class PandaPickEnv(QuadrupedEnv):
     """One Panda picking (see :class:`PandaPickVectorEnv`).
 
-    ``observation_space`` Box (54,), ``action_space`` Box(-1, 1, (8,)); ``info`` has ``reward_terms`` and
+    ``observation_space`` Box (53,), ``action_space`` Box(-1, 1, (4,)); ``info`` has ``reward_terms`` and
     ``is_success`` (bool).
     """
 

@@ -41,6 +41,7 @@ This module imports torch, Stable-Baselines3 and matplotlib only when its functi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import math
@@ -67,26 +68,71 @@ GAIT_KEYS = ("tracking_error_mps", "duty_factor", "base_height_m", "tilt_rad")
 #: Short axis names accepted by ``--grid``.
 AXIS_ALIASES = {"mass": "added_mass"}
 
+#: The env ``--env-id`` evaluates by default.
+DEFAULT_ENV_ID = "UniLab/Quadruped-v0"
+
 #: ``(n, 48) float32 observations -> (n, 12) actions``
 Policy = Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
 class Axis:
-    """One grid axis: a parameter name and its values."""
+    """One grid axis: a parameter name and its values.
+
+    ``field`` is ``None`` for a physics parameter (:data:`~unilab_gym.randomization.PARAMETERS`, set through
+    ``domain_randomization``), or the task configuration field a task axis sets to ``(value, value)`` (e.g.
+    ``object_size`` sets ``object_size_range``; :func:`task_axes`).
+    """
 
     name: str
     values: tuple[float, ...]
+    field: str | None = None
 
 
-def parse_grid(text: str) -> list[Axis]:
-    """Parse ``"name=low:high:n,name=low:high:n,..."`` into axes.
+def task_axes(env_id: str = DEFAULT_ENV_ID) -> dict[str, str]:
+    """The task axes of ``env_id``: axis name -> task configuration field, one per ``<name>_range`` field that is a
+    (low, high) pair of numbers (``UniLab/PandaPick-v0``: ``object_size``, ``object_mass``, ``object_friction``,
+    ``object_x`` ...; ``UniLab/Quadruped-v0``: the command ranges ``lin_vel_x`` ...). A cell's value ``v`` of an
+    axis sets the field to ``(v, v)``: every episode of the cell draws exactly ``v``.
 
     Raises:
-        ValueError: a malformed axis, an unknown name (the message lists the valid ones), a
-            repeated name, ``n < 1``, ``low > high``, or values a parameter does not accept.
+        ValueError: ``env_id`` is not a registered UniLab id (:func:`~unilab_gym.registration.vector_env_type`).
     """
-    valid = sorted([*PARAMETERS, *AXIS_ALIASES])
+    from unilab_gym.registration import vector_env_type
+
+    config_type = vector_env_type(env_id).task_type.config_type()
+    defaults = config_type()
+    out = {}
+    for f in dataclasses.fields(config_type):
+        value = getattr(defaults, f.name)
+        pair = isinstance(value, tuple) and len(value) == 2
+        if f.name.endswith("_range") and pair and all(isinstance(v, (int, float)) for v in value):
+            out[f.name.removesuffix("_range")] = f.name
+    return out
+
+
+def _check_task_value(env_id: str, field: str, value: float) -> None:
+    """The task configuration's own validation of ``field = (value, value)``, with its message."""
+    from unilab_gym.registration import vector_env_type
+
+    vector_env_type(env_id).task_type.config_type()(**{field: (value, value)})
+
+
+def parse_grid(text: str, env_id: str = DEFAULT_ENV_ID) -> list[Axis]:
+    """Parse ``"name=low:high:n,name=low:high:n,..."`` into axes.
+
+    Args:
+        text: the axes, comma-separated; each ``name=low:high:n`` gives ``n`` evenly spaced values
+            (``numpy.linspace``). ``name`` is a physics parameter (:data:`~unilab_gym.randomization.PARAMETERS`,
+            or an alias of :data:`AXIS_ALIASES`) or a task axis of ``env_id`` (:func:`task_axes`).
+        env_id: the registered id whose task axes are valid.
+
+    Raises:
+        ValueError: a malformed axis, an unknown name (the message lists the valid ones for ``env_id``), a
+            repeated name, ``n < 1``, ``low > high``, or values a parameter or the task does not accept.
+    """
+    task = task_axes(env_id)
+    valid = sorted([*PARAMETERS, *AXIS_ALIASES, *task])
     axes: list[Axis] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, spec = part.partition("=")
@@ -94,8 +140,8 @@ def parse_grid(text: str) -> list[Axis]:
         fields = spec.split(":")
         if not sep or len(fields) != 3:
             raise ValueError(f"grid axis {part!r} must look like name=low:high:n, e.g. friction=0.3:1.2:4")
-        if name not in PARAMETERS and name not in AXIS_ALIASES:
-            raise ValueError(f"unknown grid axis {name!r}; valid names: {valid}")
+        if name not in PARAMETERS and name not in AXIS_ALIASES and name not in task:
+            raise ValueError(f"unknown grid axis {name!r}; valid names: {valid} (for {env_id})")
         name = AXIS_ALIASES.get(name, name)
         if any(a.name == name for a in axes):
             raise ValueError(f"grid axis {name!r} given twice")
@@ -106,9 +152,13 @@ def parse_grid(text: str) -> list[Axis]:
         if n < 1 or lo > hi or (n == 1 and lo != hi):
             raise ValueError(f"grid axis {part!r}: need low <= high and n >= 1 (n = 1 needs low == high)")
         values = tuple(float(v) for v in np.linspace(lo, hi, n))
+        field = task.get(name) if name not in PARAMETERS else None
         for v in values:  # the env's own validation, with its message
-            DomainRandomization({name: v})
-        axes.append(Axis(name, values))
+            if field is None:
+                DomainRandomization({name: v})
+            else:
+                _check_task_value(env_id, field, v)
+        axes.append(Axis(name, values, field))
     if not axes:
         raise ValueError("the grid needs at least one axis, e.g. friction=0.3:1.2:4")
     return axes
@@ -119,11 +169,28 @@ def grid_cells(axes: Sequence[Axis]) -> list[dict[str, float]]:
     return [dict(zip((a.name for a in axes), combo)) for combo in itertools.product(*(a.values for a in axes))]
 
 
+def _cell_kwargs(axes: Sequence[Axis], cell: dict[str, float]) -> tuple[dict[str, float], dict[str, Any]]:
+    """A cell as ``(domain_randomization, task keyword arguments)``: physics values, and ``field=(v, v)``."""
+    fields = {a.name: a.field for a in axes}
+    physics = {k: v for k, v in cell.items() if fields.get(k) is None}
+    task = {fields[k]: (v, v) for k, v in cell.items() if fields.get(k) is not None}
+    return physics, task
+
+
+def _is_quadruped(env_id: str) -> bool:
+    """Whether ``env_id``'s task is a quadruped's (it gets the gait figures)."""
+    from unilab_gym.registration import vector_env_type
+    from unilab_gym.tasks.quadruped import QuadrupedTask
+
+    return issubclass(vector_env_type(env_id).task_type, QuadrupedTask)
+
+
 def evaluate(
     policy: Policy,
     axes: Sequence[Axis],
     episodes: int,
     *,
+    env_id: str = DEFAULT_ENV_ID,
     env_kwargs: dict[str, Any] | None = None,
     num_envs: int = 64,
     seed: int = 0,
@@ -132,51 +199,72 @@ def evaluate(
     """Run ``episodes`` episodes (rounded up to a multiple of the number of cells) over the grid.
 
     Args:
-        policy: maps (n, 48) float32 observations to (n, 12) actions.
-        axes: the grid (see :func:`parse_grid`).
+        policy: maps (n, obs_dim) float32 observations to (n, act_dim) actions (Quadruped-v0: 48 and 12).
+        axes: the grid (see :func:`parse_grid`, with the same ``env_id``).
         episodes: total number of episodes, split evenly over the cells (rounded up).
-        env_kwargs: task arguments of :class:`~unilab_gym.vector_env.UniLabVectorEnv`
-            (``max_episode_steps`` ...); not ``domain_randomization``, which the grid sets.
+        env_id: the registered UniLab id to evaluate on (its vector env class).
+        env_kwargs: task arguments of the env (``max_episode_steps`` ...); not ``domain_randomization``, which
+            the grid sets, nor a task field of a task axis.
         num_envs: most robots stepped at once.
         seed: episode ``j`` of every cell runs in an env seeded ``seed + j``.
         progress: show a tqdm progress bar of finished episodes.
 
     Returns:
         One trace record per episode (see :mod:`unilab_gym.trace`) with ``"cell"`` (the cell's
-        axis values), ``"num_envs"`` (the batch it ran in; ``"env"`` is its row) and the episode's
-        gait figures of :func:`unilab_gym.evaluation.evaluate_gait`: ``"tracking_error_mps"``,
-        ``"duty_factor"``, ``"base_height_m"``, ``"tilt_rad"``
+        axis values) and ``"num_envs"`` (the batch it ran in; ``"env"`` is its row). A task that reports
+        ``info["is_success"]`` adds ``"is_success"`` (bool, at the episode's last step: Gymnasium-Robotics'
+        convention); a quadruped adds the episode's gait figures of :func:`unilab_gym.evaluation.evaluate_gait`:
+        ``"tracking_error_mps"``, ``"duty_factor"``, ``"base_height_m"``, ``"tilt_rad"``
         (:meth:`~unilab_gym.evaluation.GaitRecord.episode_figures`).
+
+    Raises:
+        ValueError: ``env_kwargs`` sets ``domain_randomization`` or a field a task axis sets.
     """
     from tqdm.auto import tqdm
 
     from unilab_gym.evaluation import GaitMeter
-    from unilab_gym.vector_env import UniLabVectorEnv
+    from unilab_gym.registration import vector_env_type
 
+    env_type = vector_env_type(env_id)
+    quadruped = _is_quadruped(env_id)
     env_kwargs = dict(env_kwargs or {})
     if "domain_randomization" in env_kwargs:
         raise ValueError("env_kwargs must not set domain_randomization: the grid sets the parameters")
+    clash = sorted(a.field for a in axes if a.field is not None and a.field in env_kwargs)
+    if clash:
+        raise ValueError(f"env_kwargs must not set {clash}: the grid's task axes set them")
     cells = grid_cells(axes)
     per_cell = math.ceil(episodes / len(cells))
     records: list[dict[str, Any]] = []
     with tqdm(total=per_cell * len(cells), desc="robustness", unit="episode", disable=not progress) as bar:
         for cell in cells:
+            physics, task_kwargs = _cell_kwargs(axes, cell)
             for start in range(0, per_cell, num_envs):
                 n = min(num_envs, per_cell - start)
-                env = UniLabVectorEnv(n, autoreset_mode="Disabled", domain_randomization=cell, **env_kwargs)
+                env = env_type(n, autoreset_mode="Disabled", domain_randomization=physics, **task_kwargs, **env_kwargs)
                 try:
                     obs, info = env.reset(seed=seed + start)
-                    gait = GaitMeter(info["parameters"]["added_mass"])  # evaluate_gait's figures, per episode
-                    while gait.active.any():
+                    has_success = "is_success" in env.task.step_info()
+                    gait = GaitMeter(info["parameters"]["added_mass"]) if quadruped else None
+                    active, success = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+                    while active.any():
                         # the finished envs idle, left out of the step (the run ends when all have finished)
-                        finished = ~gait.active
-                        obs, reward, terminated, truncated, _ = env.step(policy(obs), active=gait.active.copy())
-                        gait.update(obs, reward, terminated, truncated, env.robot_state)
-                        bar.update(int((finished != ~gait.active).sum()))
-                    figures = gait.record()
+                        obs, reward, terminated, truncated, info = env.step(policy(obs), active=active.copy())
+                        ended = (terminated | truncated) & active
+                        if has_success:  # Gymnasium-Robotics: the success of the episode's last step
+                            success[ended] = np.asarray(info["is_success"])[ended]
+                        if gait is not None:
+                            gait.update(obs, reward, terminated, truncated, env.robot_state)
+                        active &= ~ended
+                        bar.update(int(ended.sum()))
+                    figures = gait.record() if gait is not None else None
                     for record in env.parameter_trace():  # the first episode of each env
-                        gait_figures = figures.episode_figures(record["env"])
-                        records.append({**record, **gait_figures, "cell": dict(cell), "num_envs": n})
+                        extra: dict[str, Any] = {}
+                        if figures is not None:
+                            extra.update(figures.episode_figures(record["env"]))
+                        if has_success:
+                            extra["is_success"] = bool(success[record["env"]])
+                        records.append({**record, **extra, "cell": dict(cell), "num_envs": n})
                 finally:
                     env.close()
     return records
@@ -192,15 +280,26 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def summarize(records: Sequence[dict[str, Any]], axes: Sequence[Axis]) -> list[dict[str, Any]]:
+def summarize(
+    records: Sequence[dict[str, Any]],
+    axes: Sequence[Axis],
+    condition_names: Sequence[str] = FALL_CONDITIONS,
+    train_ranges: dict[str, tuple[float, float]] | None = None,
+) -> list[dict[str, Any]]:
     """Per-cell statistics, worst cells first (lowest success rate, then lowest mean return).
 
     Each: ``cell``, ``episodes``, ``success_rate``, ``success_ci95`` (Wilson interval),
-    ``fall_rate``, ``fall_conditions`` (fraction
-    of the cell's episodes that fell with each condition holding), ``mean_return``, ``std_return``,
+    ``fall_rate`` (the fraction terminated: a fall of a quadruped, e.g. ``object_lost`` for a Pick),
+    ``fall_conditions`` (fraction of the cell's episodes that terminated with each of ``condition_names``
+    holding: the task's ``termination_names``), ``mean_return``, ``std_return``,
     ``mean_length`` (control steps), and the means over the cell's episodes of the gait figures
     ``tracking_error_mps`` (m/s), ``duty_factor``, ``base_height_m`` (m) and ``tilt_rad`` (rad)
-    (``None`` for records without them, e.g. from a results file of an older version).
+    (``None`` for records without them: a task that is not a quadruped, or a results file of an older version);
+    with ``train_ranges`` (axis name -> the (low, high) the policy was trained on), ``held_out``: some axis value
+    of the cell is outside its training range.
+
+    Success is ``is_success`` where every record has it (a task that reports ``info["is_success"]``), else an
+    episode that reaches the time limit without terminating.
     """
     out = []
     for cell in grid_cells(axes):
@@ -208,16 +307,26 @@ def summarize(records: Sequence[dict[str, Any]], axes: Sequence[Axis]) -> list[d
         if not rs:
             continue
         falls = [r for r in rs if r["termination"] == "fall"]
+        if all("is_success" in r for r in rs):
+            successes = sum(bool(r["is_success"]) for r in rs)
+        else:
+            successes = len(rs) - len(falls)
         returns = np.array([r["return"] for r in rs])
+        held_out = {}
+        if train_ranges:
+            held_out["held_out"] = any(
+                not lo <= cell[name] <= hi for name, (lo, hi) in train_ranges.items() if name in cell
+            )
         out.append(
             {
                 "cell": cell,
                 "episodes": len(rs),
-                "success_rate": 1.0 - len(falls) / len(rs),
-                "success_ci95": wilson_interval(len(rs) - len(falls), len(rs)),
+                "success_rate": successes / len(rs),
+                "success_ci95": wilson_interval(successes, len(rs)),
+                **held_out,
                 "fall_rate": len(falls) / len(rs),
                 "fall_conditions": {
-                    c: sum(c in r["fall_conditions"] for r in falls) / len(rs) for c in FALL_CONDITIONS
+                    c: sum(c in r["fall_conditions"] for r in falls) / len(rs) for c in condition_names
                 },
                 "mean_return": float(returns.mean()),
                 "std_return": float(returns.std()),
@@ -231,8 +340,12 @@ def summarize(records: Sequence[dict[str, Any]], axes: Sequence[Axis]) -> list[d
     return sorted(out, key=lambda s: (s["success_rate"], s["mean_return"]))
 
 
+#: Units of the task axes the report labels (a task axis without one is labelled by its name alone).
+TASK_AXIS_UNITS = {"object_size": "m", "object_mass": "kg", "goal_height": "m", "object_x": "m", "object_y": "m"}
+
+
 def _axis_label(name: str) -> str:
-    unit = PARAMETERS[name].unit
+    unit = PARAMETERS[name].unit if name in PARAMETERS else TASK_AXIS_UNITS.get(name, "")
     return f"{name} ({unit})" if unit not in ("", "×") else name
 
 
@@ -284,10 +397,47 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
     episodes = results["episodes"]
     steps = results["env"]["max_episode_steps"]
     seconds = steps * results["env"]["dt"] * results["env"]["substeps"]
-    term = results["env"]["termination"]
-    succeeded = sum(r["termination"] == "time_limit" for r in episodes)
+    names = list(results.get("condition_names", FALL_CONDITIONS))
+    gait = any(s.get(key) is not None for s in summary for key in GAIT_KEYS)
+    held = any("held_out" in s for s in summary)
+    succeeded = sum(s["success_rate"] * s["episodes"] for s in summary)
+    if results.get("success_rule") == "is_success":
+        success = (
+            f"- Success: `info[\"is_success\"]` at the episode's last step (Gymnasium-Robotics' convention); "
+            f"episodes of at most {steps} control steps ({seconds:g} s). The termination columns give the share "
+            f"of episodes that terminated ({', '.join(names)}). The 95 % interval of the success rate is Wilson's."
+        )
+    elif "termination" in results["env"] and "min_base_height" in results["env"]["termination"]:
+        term = results["env"]["termination"]
+        success = (
+            f"- Success: the episode reaches the time limit ({steps} control steps, {seconds:g} s) without a fall "
+            f"(base height < {term['min_base_height']} m, |roll| or |pitch| > {term['max_tilt']} rad"
+            + (", or the trunk touching the ground" if term["trunk_contact"] else "")
+            + "). Fall rate = 1 − success rate; its columns give the share of episodes that fell with each "
+            "condition holding. The 95 % interval of the success rate is Wilson's."
+        )
+    else:
+        success = (
+            f"- Success: the episode reaches the time limit ({steps} control steps, {seconds:g} s) without "
+            f"terminating ({', '.join(names)}). The 95 % interval of the success rate is Wilson's."
+        )
+    task_axes_line = []
+    fields = results.get("task_axes", {})
+    if fields:
+        task_axes_line = [
+            "- Task axes set the task configuration's range to the cell's value: "
+            + ", ".join(f"`{name}` sets `{field}` = (v, v)" for name, field in fields.items())
+            + "; the rest of the task configuration is the env's default (`results.json`'s `env`)."
+        ]
+    if results.get("train_ranges"):
+        task_axes_line.append(
+            "- Trained on: "
+            + ", ".join(f"{name} {lo:g}-{hi:g}" for name, (lo, hi) in results["train_ranges"].items())
+            + "; a cell with a value outside is *held out*."
+        )
+    fall_word = "fall" if results.get("success_rule") != "is_success" and gait else "terminated"
     lines = [
-        f"# Robustness report: `{Path(results['model']).name}`",
+        f"# Robustness report: `{Path(results['model']).name}` on `{results.get('env_id', DEFAULT_ENV_ID)}`",
         "",
         f"- Policy: `{results['model']}` ({results['algo'].upper()}, deterministic actions"
         + (f", observations normalized with `{Path(results['vecnormalize']).name}`" if results["vecnormalize"] else "")
@@ -295,44 +445,51 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
         f"- {len(episodes)} episodes: {results['episodes_per_cell']} per cell over {len(summary)} cells; "
         f"episode `j` of every cell has env seed {results['seed']} + `j` "
         "(the same commands and initial poses in every cell).",
-        f"- Success: the episode reaches the time limit ({steps} control steps, {seconds:g} s) without a fall "
-        f"(base height < {term['min_base_height']} m, |roll| or |pitch| > {term['max_tilt']} rad"
-        + (", or the trunk touching the ground" if term["trunk_contact"] else "")
-        + "). Fall rate = 1 − success rate; its columns give the share of episodes that fell with each "
-        "condition holding. The 95 % interval of the success rate is Wilson's.",
+        success,
         "- Parameters off the grid are nominal: "
         + ", ".join(f"{name} {PARAMETERS[name].nominal:g}" for name in PARAMETERS if name not in results["grid"])
         + ".",
+        *task_axes_line,
         f"- Overall success rate: {succeeded / len(episodes):.1%}.",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in results["packages"].items() if v) + ".",
         "",
         "| rank | "
         + " | ".join(_axis_label(a.name) for a in axes)
-        + " | episodes | success [95% CI] | fall | fall: height / tilt / trunk contact"
-        " | mean return ± std | mean length (steps)"
-        " | tracking error (m/s) | duty factor | base height (m) | tilt (rad) |",
-        "|---:|" + "---:|" * len(axes) + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        + (" | held out" if held else "")
+        + f" | episodes | success [95% CI] | {fall_word} | {fall_word}: "
+        + " / ".join(n.replace("_", " ") for n in names)
+        + " | mean return ± std | mean length (steps)"
+        + (" | tracking error (m/s) | duty factor | base height (m) | tilt (rad)" if gait else "")
+        + " |",
+        "|---:|" + "---:|" * len(axes) + ("---|" if held else "") + "---:|" * (6 + (len(GAIT_KEYS) if gait else 0)),
     ]
     for rank, s in enumerate(summary, 1):
         fc = s["fall_conditions"]
         lines.append(
             f"| {rank} | "
             + " | ".join(f"{s['cell'][a.name]:.3g}" for a in axes)
+            + ((" | yes" if s.get("held_out") else " | no") if held else "")
             + f" | {s['episodes']} | {s['success_rate']:.0%} [{s['success_ci95'][0]:.0%}, {s['success_ci95'][1]:.0%}]"
             f" | {s['fall_rate']:.0%} | "
-            f"{fc['height']:.0%} / {fc['tilt']:.0%} / {fc['trunk_contact']:.0%} | "
-            f"{s['mean_return']:.2f} ± {s['std_return']:.2f} | {s['mean_length']:.0f} | "
-            + " | ".join("—" if s.get(key) is None else f"{s[key]:.3f}" for key in GAIT_KEYS)
+            + " / ".join(f"{fc.get(n, 0.0):.0%}" for n in names)
+            + f" | {s['mean_return']:.2f} ± {s['std_return']:.2f} | {s['mean_length']:.0f}"
+            + ("".join(" | —" if s.get(key) is None else f" | {s[key]:.3f}" for key in GAIT_KEYS) if gait else "")
             + " |"
         )
     lines += ["", "![success rate heat map](heatmap.png)", ""]
+    if results.get("train_ranges"):
+        lines += ["![success on values held out of training](generalization.png)", ""]
     failure = first_failure(results)
     if failure is not None:
         r = episodes[failure]
         cell = ", ".join(f"{k}={v:.3g}" for k, v in r["cell"].items())
+        if r["termination"] == "fall":
+            how = f"{fall_word} after {r['length']} steps: {', '.join(r['fall_conditions'])}"
+        else:
+            how = f"not a success after {r['length']} steps"
         lines += [
             f"Replay the first failure of the worst cell ({cell}; episode seed {r['episode_seed']}, "
-            f"fell after {r['length']} steps: {', '.join(r['fall_conditions'])}) and record it:",
+            f"{how}) and record it:",
             "",
             "```bash",
             f"unilab-gym robustness --replay {out / 'results.json'}:{failure} --model {results['model']}"
@@ -346,13 +503,83 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
     return path
 
 
+def failed(record: dict[str, Any]) -> bool:
+    """Whether an episode record is a failure: not ``is_success`` where the record has it, else a fall (a
+    termination)."""
+    return not record["is_success"] if "is_success" in record else record["termination"] == "fall"
+
+
 def first_failure(results: dict[str, Any]) -> int | None:
-    """Index in ``results["episodes"]`` of the first fall of the worst cell that has one, or ``None``."""
+    """Index in ``results["episodes"]`` of the first failure (:func:`failed`) of the worst cell that has one, or
+    ``None``."""
     for s in results["cells"]:
         for k, r in enumerate(results["episodes"]):
-            if r["cell"] == s["cell"] and r["termination"] == "fall":
+            if r["cell"] == s["cell"] and failed(r):
                 return k
     return None
+
+
+def write_generalization(
+    path: Path, summary: Sequence[dict[str, Any]], axis: Axis, train_range: tuple[float, float]
+) -> Path:
+    """Success rate (with its 95 % Wilson interval) over the values of ``axis``, averaged over any other axes,
+    with the training range shaded: the values outside it are held out of training."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    values = np.array(axis.values)
+    rate, lo, hi = (np.zeros(len(values)) for _ in range(3))
+    for k, v in enumerate(axis.values):
+        cells = [s for s in summary if s["cell"][axis.name] == v]
+        n = sum(s["episodes"] for s in cells)
+        wins = sum(round(s["success_rate"] * s["episodes"]) for s in cells)
+        rate[k] = wins / n
+        lo[k], hi[k] = wilson_interval(wins, n)
+    inside = (values >= train_range[0]) & (values <= train_range[1])
+    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    ax.axvspan(train_range[0], train_range[1], color="tab:green", alpha=0.15, label="training range")
+    ax.errorbar(values, rate, yerr=[rate - lo, hi - rate], color="black", lw=1, capsize=3, zorder=1)
+    ax.scatter(values[inside], rate[inside], color="tab:green", zorder=2, label="in training range")
+    ax.scatter(values[~inside], rate[~inside], color="tab:red", marker="s", zorder=2, label="held out")
+    ax.set_xlabel(_axis_label(axis.name))
+    ax.set_ylabel("success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    n_per = sorted({s["episodes"] for s in summary})
+    ax.set_title(f"success on {axis.name} held out of training ({n_per[0]}+ episodes per cell, 95 % CI)")
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def parse_train_ranges(text: str, axes: Sequence[Axis]) -> dict[str, tuple[float, float]]:
+    """Parse ``--train-ranges "name=low:high,..."``: the range each grid axis was trained on.
+
+    Raises:
+        ValueError: a malformed entry, a name that is not a grid axis (the message lists them), or low > high.
+    """
+    names = [a.name for a in axes]
+    out: dict[str, tuple[float, float]] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, spec = part.partition("=")
+        name = AXIS_ALIASES.get(name.strip(), name.strip())
+        bounds = spec.split(":")
+        if not sep or len(bounds) != 2:
+            raise ValueError(f"train range {part!r} must look like name=low:high, e.g. object_size=0.03:0.05")
+        if name not in names:
+            raise ValueError(f"train range {name!r} is not a grid axis; the grid's axes: {names}")
+        try:
+            lo, hi = float(bounds[0]), float(bounds[1])
+        except ValueError:
+            raise ValueError(f"train range {part!r}: low and high must be numbers") from None
+        if lo > hi:
+            raise ValueError(f"train range {part!r}: need low <= high")
+        out[name] = (lo, hi)
+    return out
 
 
 # ---------------------------------------------------------------------------------------- policy
@@ -425,8 +652,14 @@ def replay(
 
     record = results["episodes"][index]
     render = video is not None
+    fields = results.get("task_axes", {})  # a task axis's cell value is part of the episode's configuration
+    config = {**results["env"], **{fields[k]: (v, v) for k, v in record["cell"].items() if k in fields}}
     env, obs, _ = replay_env(
-        results["env"], record, autoreset_mode="Disabled", render_mode="rgb_array" if render else None
+        config,
+        record,
+        env_id=results.get("env_id", DEFAULT_ENV_ID),
+        autoreset_mode="Disabled",
+        render_mode="rgb_array" if render else None,
     )
     batch = np.zeros((record["num_envs"], obs.shape[1]), dtype=obs.dtype)
     row = record["env"]
@@ -437,7 +670,7 @@ def replay(
         while True:
             batch[row] = obs[0]
             action = policy(batch)[row : row + 1]
-            obs, reward, terminated, truncated, _ = env.step(action)
+            obs, reward, terminated, truncated, info = env.step(action)
             total += float(reward[0])
             length += 1
             bar.update()
@@ -457,7 +690,11 @@ def replay(
         "termination": "fall" if terminated[0] else "time_limit",
         "fall_conditions": conditions,
     }
-    out["matches"] = all(out[k] == record[k] for k in ("return", "length", "termination", "fall_conditions"))
+    keys = ["return", "length", "termination", "fall_conditions"]
+    if "is_success" in record:
+        out["is_success"] = bool(np.asarray(info["is_success"])[0])
+        keys.append("is_success")
+    out["matches"] = all(out[k] == record[k] for k in keys)
     return out
 
 
@@ -485,10 +722,28 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="load <model stem>_vecnormalize.pkl next to --model (prints the path it loads)",
     )
-    parser.add_argument("--grid", help="axes name=low:high:n, comma-separated, e.g. friction=0.3:1.2:4,mass=-1:3:4")
+    parser.add_argument(
+        "--env-id",
+        default=DEFAULT_ENV_ID,
+        help="registered UniLab id to evaluate on (e.g. UniLab/PandaPick-v0); its task axes join the grid's names",
+    )
+    parser.add_argument(
+        "--grid",
+        help="axes name=low:high:n, comma-separated, e.g. friction=0.3:1.2:4,mass=-1:3:4 (physics parameters) or "
+        "object_size=0.02:0.07:6 (a task axis: sets the task's object_size_range to (v, v))",
+    )
+    parser.add_argument(
+        "--train-ranges",
+        default=None,
+        help="the range each axis was trained on, name=low:high, comma-separated: marks the held-out cells and "
+        "draws generalization.png over the first such axis",
+    )
     parser.add_argument("--episodes", type=int, default=1000, help="total episodes, split evenly over the cells")
     parser.add_argument(
-        "--max-episode-steps", type=int, default=1000, help="episode length in control steps (1000 = 20 s)"
+        "--max-episode-steps",
+        type=int,
+        default=None,
+        help="episode length in control steps (default: the task's; Quadruped-v0 1000 = 20 s)",
     )
     parser.add_argument("--num-envs", type=int, default=64, help="robots stepped at once")
     parser.add_argument("--seed", type=int, default=0, help="episode j of every cell runs in an env seeded seed + j")
@@ -534,10 +789,13 @@ def _run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pa
         parser.error("--model, --algo and --grid are required (or use --replay)")
     try:
         for flag in ("episodes", "num_envs", "max_episode_steps", "threads"):
-            check_positive_int("--" + flag.replace("_", "-"), getattr(args, flag))
-        axes = parse_grid(args.grid)
+            if getattr(args, flag) is not None:
+                check_positive_int("--" + flag.replace("_", "-"), getattr(args, flag))
+        axes = parse_grid(args.grid, args.env_id)
+        train_ranges = parse_train_ranges(args.train_ranges, axes) if args.train_ranges else {}
     except ValueError as exc:
         parser.error(str(exc))
+    env_kwargs = {} if args.max_episode_steps is None else {"max_episode_steps": args.max_episode_steps}
     _, vecnormalize = _checked_policy_files(args, parser)
     _set_threads(args.threads)
     policy = load_policy(args.model, args.algo, vecnormalize)
@@ -545,15 +803,18 @@ def _run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pa
         policy,
         axes,
         args.episodes,
-        env_kwargs={"max_episode_steps": args.max_episode_steps},
+        env_id=args.env_id,
+        env_kwargs=env_kwargs,
         num_envs=args.num_envs,
         seed=args.seed,
         progress=not args.no_progress,
     )
-    from unilab_gym.vector_env import UniLabVectorEnv
+    from unilab_gym.registration import vector_env_type
 
-    probe = UniLabVectorEnv(1, max_episode_steps=args.max_episode_steps)  # its task_config, for the record
+    probe = vector_env_type(args.env_id)(1, **env_kwargs)  # its task_config, for the record
     env_config = {k: v for k, v in probe.task_config.items() if k != "domain_randomization"}
+    condition_names = list(probe.task.termination_names)
+    has_success = "is_success" in probe.task.step_info()
     probe.close()
     results = {
         "format": RESULTS_FORMAT,
@@ -563,17 +824,30 @@ def _run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pa
         "vecnormalize": str(vecnormalize) if vecnormalize else None,
         "threads": args.threads,
         "seed": args.seed,
-        "success": "the episode reaches the time limit without a fall",
+        "env_id": args.env_id,
+        "success": (
+            'info["is_success"] at the episode\'s last step'
+            if has_success
+            else "the episode reaches the time limit without a fall"
+        ),
+        "success_rule": "is_success" if has_success else "time_limit",
+        "condition_names": condition_names,
         "grid": {a.name: list(a.values) for a in axes},
+        "task_axes": {a.name: a.field for a in axes if a.field is not None},
+        "train_ranges": {name: list(bounds) for name, bounds in train_ranges.items()},
         "episodes_per_cell": math.ceil(args.episodes / len(grid_cells(axes))),
         "packages": package_versions(),
         "env": env_config,
-        "cells": summarize(records, axes),
+        "cells": summarize(records, axes, condition_names, train_ranges),
         "episodes": records,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results))
     write_heatmap(args.out / "heatmap.png", results["cells"], axes)
+    for axis in axes:  # the generalization figure over the first axis with a training range
+        if axis.name in train_ranges:
+            write_generalization(args.out / "generalization.png", results["cells"], axis, train_ranges[axis.name])
+            break
     report = write_report(args.out, results)
     worst = results["cells"][0]
     print(f"wrote {report}, {args.out / 'heatmap.png'}, {args.out / 'results.json'}")

@@ -9,10 +9,13 @@ Reinforcement Learning: Challenging Robotics Environments and Request for Resear
 tasks): ``info["is_success"]`` when the end effector (reach) or the object (pick) is within 5 cm of the goal
 (:data:`SUCCESS_DISTANCE`).
 
-Actions: joint position targets around the nominal pose, tracked by the engine's PD torques as for the quadrupeds:
-each arm joint's target is ``nominal + action_scale * a`` (rad, clipped to the joint's limits,
-:data:`~unilab_gym.robots.panda.PANDA_ARM_LIMITS`). Reach has 7 actions (the fingers stay open); Pick has an 8th, the
-gripper: both fingers' target opening is ``0.04 * (a + 1) / 2`` m (-1 closed, +1 open).
+Actions, tracked by the engine's PD torques as for the quadrupeds. Reach: 7 joint position targets around the
+nominal pose, each arm joint's target ``nominal + action_scale * a`` (rad, clipped to the joint's limits,
+:data:`~unilab_gym.robots.panda.PANDA_ARM_LIMITS`); the fingers stay open. Pick: panda-gym's end-effector control
+(``Panda(control_type="ee")``): 3 displacements of the grasp point (``ee_max_step`` m per unit, 0.05 as panda-gym)
+with the hand kept pointing down, turned into joint targets by numpy inverse kinematics
+(:mod:`unilab_gym.tasks.panda_kinematics`), then the gripper: both fingers' target opening ``0.04 * (a + 1) / 2`` m
+(-1 closed, +1 open).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from unilab_gym.robots.panda import PANDA_ARM_LIMITS, PANDA_FINGER_OPEN
 from unilab_gym.sim.camera import Camera
 from unilab_gym.sim.scene import OBJECT_SHAPES, ObjectEpisodes, Scene
 from unilab_gym.tasks.base import Task
+from unilab_gym.tasks.panda_kinematics import BASE_COM_OFFSET, forward_kinematics, ik_step
 from unilab_gym.validation import check_positive, check_positive_int, check_real
 
 if TYPE_CHECKING:
@@ -82,13 +86,14 @@ PICK_OBS_LAYOUT = _layout(
     ("object_ang_vel", 3),  # rad/s, world frame
     ("goal", 3),  # m, relative to the base (the command)
     ("goal_minus_object", 3),  # m
-    ("last_action", 8),  # the clipped action of the previous step
+    ("grasp_point_command", 3),  # m, relative to the base: where the end-effector control aims the grasp point
+    ("last_action", 4),  # the clipped action of the previous step
 )
 #: Critic layout of Pick: the observation, the physics parameters, then the object's (:data:`OBJECT_PARAMETERS`).
 PICK_CRITIC_OBS_LAYOUT = {
     **PICK_OBS_LAYOUT,
-    "parameters": (54, 54 + _NUM_PHYSICS),
-    "object_parameters": (54 + _NUM_PHYSICS, 58 + _NUM_PHYSICS),
+    "parameters": (53, 53 + _NUM_PHYSICS),
+    "object_parameters": (53 + _NUM_PHYSICS, 57 + _NUM_PHYSICS),
 }
 #: Pick's episode parameters (the parameter trace's extra columns): the object's shape code (0 box, 1 cylinder,
 #: 2 sphere: :data:`~unilab_gym.sim.scene.OBJECT_SHAPES`), size in m (box edge; cylinder diameter and height;
@@ -111,15 +116,30 @@ class ReachRewardWeights:
 
 @dataclass(frozen=True)
 class PickRewardWeights:
-    """Pick reward terms, each its raw value times its weight, per control step (weights ours).
+    """Pick reward terms, each its raw value times its weight, per control step.
 
-    ``reach``: ``|p_ee - p_object|`` in m (to the object); ``goal``: ``|p_object - p_goal|`` in m (panda-gym's dense
-    reward); ``success``: 1 within :data:`SUCCESS_DISTANCE` of the goal; ``action_rate``: ``sum (a_t - a_{t-1})^2``.
+    The staged reward of robosuite's ``Lift`` (Zhu et al. 2020, "robosuite: A Modular Simulation Framework and
+    Benchmark for Robot Learning", ``Lift.reward(reward_shaping=True)``: reaching ``1 - tanh(10 d)`` weight 1,
+    grasping 0.25, success 2.25 in place of the others), with a lifting stage and panda-gym's goal distance
+    (Gallouédec et al. 2021, ``PickAndPlace``) added as robosuite's ``Stack`` adds its lifting stage:
+
+    - ``reach``: ``1 - tanh(10 |p_grasp - p_object|)`` (d in m);
+    - ``grasp``: 1 while the object is held (:meth:`PandaPickTask.grasped`: a geometric test, as the physics layer
+      reports only ground contacts; robosuite checks both fingers' contacts);
+    - ``lift``: while held, the object's height above its resting height as a fraction of the goal's, in [0, 1];
+    - ``goal``: ``1 - tanh(10 |p_object - p_goal|)``;
+    - ``success``: 1 within :data:`SUCCESS_DISTANCE` of the goal (``info["is_success"]``);
+    - ``action_rate``: ``sum (a_t - a_{t-1})^2`` (legged_gym's term).
+
+    The weights of ``lift``, ``goal``, ``success`` and ``action_rate`` are ours (measured to learn with stock PPO,
+    ``docs/tasks/panda.md``).
     """
 
-    reach: float = -0.5
-    goal: float = -1.0
-    success: float = 1.0
+    reach: float = 1.0
+    grasp: float = 1.0
+    lift: float = 2.0
+    goal: float = 1.0
+    success: float = 4.0
     action_rate: float = -0.005
 
 
@@ -189,7 +209,8 @@ class PandaConfig:
     kd: tuple[float, ...] = None  # type: ignore[assignment]
     """PD damping per joint (9 values, or one for all); ``None``: the robot's."""
     action_scale: float = None  # type: ignore[assignment]
-    """Arm joint target offset in rad per unit of action, > 0; ``None``: the robot's (Panda: 1.0)."""
+    """Reach's arm joint target offset in rad per unit of action, > 0; ``None``: the robot's (Panda: 1.0). Pick
+    moves the grasp point instead (``ee_max_step``) and does not use it."""
     solver_iterations: int = 10
     """pybullet ``numSolverIterations``, >= 1."""
     init_joint_noise: float = 0.05
@@ -282,8 +303,12 @@ class PandaPickConfig(PandaConfig):
         ValueError: an invalid value, naming the field and the value.
     """
 
-    max_episode_steps: int = 100
-    """Control steps before ``truncated`` (100 = 4 s at 25 Hz), >= 1."""
+    max_episode_steps: int = 50
+    """Control steps before ``truncated`` (50 = 2 s at 25 Hz, panda-gym's ``PickAndPlace``), >= 1."""
+    ee_max_step: float = 0.05
+    """Grasp point displacement in m per unit of action and control step, > 0 (panda-gym's 0.05)."""
+    ee_workspace: tuple[tuple[float, float, float], tuple[float, float, float]] = ((0.25, -0.4, 0.0), (0.8, 0.4, 0.45))
+    """((x, y, z) low, (x, y, z) high) in m, relative to the base: the commanded grasp point stays in this box."""
     solver_iterations: int = 20
     """pybullet ``numSolverIterations``, >= 1 (more than Reach's: the grasp is a contact problem)."""
     object_shapes: tuple[str, ...] = OBJECT_SHAPES
@@ -328,6 +353,8 @@ class PandaPickConfig(PandaConfig):
             "object_y_range": _range("object_y_range", self.object_y_range),
             "object_yaw_range": _range("object_yaw_range", self.object_yaw_range),
             "goal_height_range": _range("goal_height_range", self.goal_height_range, minimum=0.0),
+            "ee_max_step": check_positive("ee_max_step", self.ee_max_step),
+            "ee_workspace": _box("ee_workspace", self.ee_workspace),
             "reward_weights": _weights("reward_weights", PickRewardWeights, self.reward_weights),
         }
 
@@ -453,11 +480,12 @@ class PandaPickTask(_PandaTask):
     """``UniLab/PandaPick-v0``: grasp the env's object (a box, cylinder or sphere of random size, mass and friction,
     :class:`PandaPickConfig`) and lift it to the goal, above its initial position at a random height; success when
     the object is within 5 cm of the goal; terminated when the object is knocked more than 1 m from the base
-    (``object_lost``). Observation :data:`PICK_OBS_LAYOUT`, reward :class:`PickRewardWeights`, 8 actions (7 arm joint
-    targets and the gripper). Each episode's object is in the parameter trace (:data:`OBJECT_PARAMETERS`)."""
+    (``object_lost``). Observation :data:`PICK_OBS_LAYOUT`, reward :class:`PickRewardWeights`, 4 actions (the grasp
+    point's displacement, the hand pointing down, and the gripper: panda-gym's end-effector control). Each episode's
+    object is in the parameter trace (:data:`OBJECT_PARAMETERS`)."""
 
-    obs_dim = 54
-    critic_obs_dim = 54 + _NUM_PHYSICS + len(OBJECT_PARAMETERS)
+    obs_dim = 53
+    critic_obs_dim = 53 + _NUM_PHYSICS + len(OBJECT_PARAMETERS)
     obs_layout = PICK_OBS_LAYOUT
     critic_obs_layout = PICK_CRITIC_OBS_LAYOUT
     termination_names = ("object_lost",)
@@ -468,12 +496,24 @@ class PandaPickTask(_PandaTask):
 
     #: Distance in m of the object from the base (horizontally) beyond which it is lost.
     LOST_DISTANCE = 1.0
+    #: Hand rotation (hand -> base) the end-effector control keeps: pointing down, fingers closing along y.
+    HAND_DOWN = np.array([[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]])
+    #: Grasp test (:meth:`grasped`): the object's centre within this distance in m of the grasp point, and the
+    #: fingers' opening at most ``GRASP_WIDTH_FACTOR`` times the object's size (a cube at 45 degrees is 1.41 wide).
+    GRASP_DISTANCE = 0.02
+    GRASP_WIDTH_FACTOR = 1.5
 
     def __init__(self, num_envs: int, config: PandaPickConfig):
         super().__init__(num_envs, config)
         self.scene = Scene(objects=True)
         self.objects = ObjectEpisodes.zeros(num_envs)
         self._shape_codes = np.array([OBJECT_SHAPES.index(s) for s in config.object_shapes])
+        self._ws_low, self._ws_high = (np.array(corner) for corner in config.ee_workspace)
+        # the end-effector controller's state per env: the commanded grasp point, the inverse kinematics' solution
+        self._point = np.zeros((num_envs, 3))
+        self._q = np.tile(self.nominal_joint_pos[0, :ARM_JOINTS], (num_envs, 1))
+        self._rest_z = np.zeros(num_envs)  # the object's resting height, relative to the base
+        self._grasped = np.zeros(num_envs, dtype=bool)
 
     @classmethod
     def config_type(cls) -> type:
@@ -482,13 +522,27 @@ class PandaPickTask(_PandaTask):
 
     @property
     def act_dim(self) -> int:
-        """8: one target per arm joint, and the gripper."""
-        return ARM_JOINTS + 1
+        """4: the grasp point's displacement (x, y, z), and the gripper."""
+        return 4
 
     def joint_targets(self, action: np.ndarray, action_scale: float) -> np.ndarray:
-        """Arm as Reach; both fingers' target opening ``0.04 * (a_8 + 1) / 2`` m."""
-        targets = self._arm_targets(action, action_scale)
-        targets[:, ARM_JOINTS:] = (PANDA_FINGER_OPEN * 0.5 * (action[:, ARM_JOINTS] + 1.0))[:, None]
+        """End-effector control: (N, 9) joint targets (rad, m for the fingers) from (N, 4) actions.
+
+        The commanded grasp point moves by ``ee_max_step * a[:3]`` m (kept in ``ee_workspace``); two damped least
+        squares steps from the last joint solution (:func:`~unilab_gym.tasks.panda_kinematics.ik_step`) give the
+        arm's targets (clipped to the joint limits) for the hand pointing down; both fingers' target opening is
+        ``0.04 * (a[3] + 1) / 2`` m. ``action_scale`` is not used.
+        """
+        c = self.config
+        self._point = np.clip(self._point + c.ee_max_step * action[:, :3], self._ws_low, self._ws_high)
+        aim = self._point + BASE_COM_OFFSET  # the kinematics' frame is panda_link0's
+        q = self._q
+        for _ in range(2):
+            q = np.clip(ik_step(q, aim, self.HAND_DOWN), _ARM_LOW, _ARM_HIGH)
+        self._q = q
+        targets = self.nominal_joint_pos.copy()
+        targets[:, :ARM_JOINTS] = q
+        targets[:, ARM_JOINTS:] = (PANDA_FINGER_OPEN * 0.5 * (action[:, 3] + 1.0))[:, None]
         return targets
 
     def sample_episode(self, env: int, rng: np.random.Generator) -> np.ndarray:
@@ -522,7 +576,11 @@ class PandaPickTask(_PandaTask):
         o.yaw[env] = yaw
         self.command[env] = (x, y, height - base_z)
         self.episode_parameters[env] = (code, size, mass, friction)
-        return self._initial_pose(env, rng)
+        self._rest_z[env] = 0.5 * size - base_z
+        pose = self._initial_pose(env, rng)
+        self._q[env] = pose[:ARM_JOINTS]
+        self._point[env] = forward_kinematics(pose[None, :ARM_JOINTS])[0][0] - BASE_COM_OFFSET
+        return pose
 
     def observe(self, state: RobotState, last_action: np.ndarray, out: np.ndarray) -> None:
         """Write :data:`PICK_OBS_LAYOUT`."""
@@ -540,25 +598,38 @@ class PandaPickTask(_PandaTask):
         out[:, 37:40] = state.object_ang_vel
         out[:, 40:43] = self.command
         out[:, 43:46] = self.command - obj
-        out[:, 46:54] = last_action
+        out[:, 46:49] = self._point
+        out[:, 49:53] = last_action
 
     def critic_observe(self, state: RobotState, obs: np.ndarray, parameters: np.ndarray, out: np.ndarray) -> None:
         """The observation, the physics parameters, the object's parameters."""
         self._critic(obs, parameters, out)
 
+    def grasped(self, state: RobotState) -> np.ndarray:
+        """(N,) bool: each env's object is held: its centre within :attr:`GRASP_DISTANCE` of the grasp point (between
+        the fingertips) and the fingers' opening (the sum of the two finger joints, m) at most
+        :attr:`GRASP_WIDTH_FACTOR` times its size, so that the closed fingers press on it."""
+        near = np.linalg.norm(state.end_effector_pos - state.object_pos, axis=1) < self.GRASP_DISTANCE
+        opening = state.joint_pos[:, ARM_JOINTS] + state.joint_pos[:, ARM_JOINTS + 1]
+        return near & (opening <= self.GRASP_WIDTH_FACTOR * self.episode_parameters[:, 1])
+
     def evaluate(
         self, state: RobotState, action: np.ndarray, previous_action: np.ndarray, restarting: np.ndarray
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """Terms ``reach``, ``goal``, ``success``, ``action_rate`` (:class:`PickRewardWeights`); condition
-        ``object_lost``."""
+        """Terms ``reach``, ``grasp``, ``lift``, ``goal``, ``success``, ``action_rate`` (:class:`PickRewardWeights`);
+        condition ``object_lost``."""
         w = self.config.reward_weights
         obj = state.object_pos - state.base_pos
         to_object = np.linalg.norm(state.end_effector_pos - state.object_pos, axis=1)
         to_goal = np.linalg.norm(obj - self.command, axis=1)
         self._success = to_goal < SUCCESS_DISTANCE
+        self._grasped = self.grasped(state)
+        lift = np.clip((obj[:, 2] - self._rest_z) / np.maximum(self.command[:, 2] - self._rest_z, 1e-3), 0.0, 1.0)
         terms = {
-            "reach": w.reach * to_object,
-            "goal": w.goal * to_goal,
+            "reach": w.reach * (1.0 - np.tanh(10.0 * to_object)),
+            "grasp": w.grasp * self._grasped,
+            "lift": w.lift * (self._grasped * lift),
+            "goal": w.goal * (1.0 - np.tanh(10.0 * to_goal)),
             "success": w.success * self._success,
             "action_rate": w.action_rate * np.sum((action - previous_action) ** 2, axis=1),
         }
