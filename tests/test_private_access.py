@@ -74,24 +74,8 @@ ALLOWED: set[tuple[str, str]] = {
             "_layout_record",
         )
     ),
-    # sb3/ (28-wings): SB3's private API, to gather into unilab_gym/sb3/_sb3_private.py
-    ("unilab_gym/sb3/control/controller.py", "_episode_num"),
-    ("unilab_gym/sb3/control/controller.py", "_excluded_save_params"),
-    ("unilab_gym/sb3/loops/base.py", "_episode_num"),
-    ("unilab_gym/sb3/replay_buffer.py", "_excluded_save_params"),
-    ("unilab_gym/sb3/control/controller.py", "_logger"),
-    ("unilab_gym/sb3/control/controller.py", "_n_updates"),
-    ("unilab_gym/sb3/control/hyperparams.py", "_current_progress_remaining"),
-    ("unilab_gym/sb3/loops/off_policy.py", "_dump_logs"),
-    ("unilab_gym/sb3/loops/off_policy.py", "_episode_num"),
-    ("unilab_gym/sb3/loops/off_policy.py", "_update_current_progress_remaining"),
-    ("unilab_gym/sb3/loops/on_policy.py", "_update_current_progress_remaining"),
-    ("unilab_gym/sb3/runner.py", "_setup_learn"),
-    # sb3/ (28-wings): our own privates across modules of the wing
-    ("unilab_gym/sb3/control/callback.py", "_require"),  # sb3/control/server.py's
-    ("unilab_gym/sb3/control/hyperparams.py", "_stock_buffer"),  # the off-policy loop's
-    ("unilab_gym/sb3/runner.py", "_DRIVEN"),  # sb3/loops/base.py's
-    ("unilab_gym/sb3/runner.py", "_inheriting"),  # multiprocessing's current_process() (a spawned child's import)
+    # sb3/ (28-wings): multiprocessing's current_process()._inheriting (is this a spawned child's import?)
+    ("unilab_gym/sb3/runner.py", "_inheriting"),
     # tianshou/ (28-wings): Tianshou's ReplayBuffer internals
     ("unilab_gym/tianshou/replay_buffer.py", "_insertion_idx"),
     ("unilab_gym/tianshou/replay_buffer.py", "_size"),

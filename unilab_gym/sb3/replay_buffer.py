@@ -52,6 +52,7 @@ from unilab_gym.replay import ReplayLayout, ReplayStorage
 from unilab_gym.replay.status import check_status_weights
 from unilab_gym.replay.storage import ReplayHandle
 from unilab_gym.replay.torch_sampler import TorchSampler
+from unilab_gym.sb3 import _sb3_private
 from unilab_gym.validation import REAL_DTYPE_KINDS, check_positive_int, check_real_array
 
 __all__ = ["SharedReplayBuffer"]
@@ -61,47 +62,6 @@ _LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiB
 
 #: what a model with a SharedReplayBuffer leaves out of its saved file (see the module docstring).
 UNSAVED_MODEL_PARAMS = ("replay_buffer_class", "replay_buffer_kwargs", "optimize_memory_usage", "_excluded_save_params")
-
-
-class _ExcludedSaveParams:
-    """``model._excluded_save_params`` of a model with a SharedReplayBuffer: a fixed list.
-
-    SB3's own list for the model's class, plus :data:`UNSAVED_MODEL_PARAMS`. Holds no reference to the model.
-    """
-
-    def __init__(self, names: list[str]) -> None:
-        self.names = tuple(dict.fromkeys(names))
-
-    def __call__(self) -> list[str]:
-        return list(self.names)
-
-
-def _algorithm_building(frame: Any) -> Any:
-    """The SB3 algorithm building its ``replay_buffer_class`` buffer with the constructor in ``frame``, or ``None``.
-
-    The algorithm's ``_setup_model`` calls that constructor: it is ``frame``'s caller, or a few frames up through
-    subclasses' ``__init__``.
-    """
-    from stable_baselines3.common.base_class import BaseAlgorithm
-
-    frame = frame.f_back
-    for _ in range(8):
-        if frame is None:
-            return None
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, BaseAlgorithm):
-            cls = getattr(owner, "replay_buffer_class", None)
-            building = getattr(owner, "replay_buffer", None) is None
-            return owner if building and isinstance(cls, type) and issubclass(cls, SharedReplayBuffer) else None
-        frame = frame.f_back
-    return None
-
-
-def _save_as_plain_sb3(model: Any) -> None:
-    """Make ``model.save`` leave out the replay settings (:data:`UNSAVED_MODEL_PARAMS`)."""
-    if model is None or isinstance(model.__dict__.get("_excluded_save_params"), _ExcludedSaveParams):
-        return
-    model._excluded_save_params = _ExcludedSaveParams([*model._excluded_save_params(), *UNSAVED_MODEL_PARAMS])
 
 
 def _seed_from_global_state() -> np.random.SeedSequence:
@@ -311,7 +271,9 @@ class SharedReplayBuffer(ReplayBuffer):
                 stacklevel=2,
             )
         self._storage = ReplayStorage(self.layout, capacity)
-        _save_as_plain_sb3(_algorithm_building(sys._getframe(1)))
+        building = _sb3_private.algorithm_building(sys._getframe(1), SharedReplayBuffer)
+        if building is not None:  # model.save leaves out the replay settings
+            _sb3_private.exclude_from_save(building, UNSAVED_MODEL_PARAMS)
 
     @classmethod
     def attach(

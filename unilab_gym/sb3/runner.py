@@ -39,8 +39,9 @@ from unilab_gym.runtime.inline_pool import InlineCollectorPool
 from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics, prometheus_app
 from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, check_env_count, check_env_source
 from unilab_gym.runtime.process_pool import ProcessCollectorPool
+from unilab_gym.sb3 import _sb3_private
 from unilab_gym.sb3.control.runner_api import RunnerControl
-from unilab_gym.sb3.loops.base import _DRIVEN
+from unilab_gym.sb3.loops.base import DRIVEN
 from unilab_gym.validation import check_host, check_int, check_positive_int, check_real, check_seed
 
 if TYPE_CHECKING:
@@ -440,8 +441,8 @@ class AsyncRunner:
             log_interval = self._loop.default_log_interval
         try:
             with _statistics_frozen(model.get_vec_normalize_env()):  # _setup_learn may reset the model's own env
-                total, callback = model._setup_learn(
-                    total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+                total, callback = _sb3_private.setup_learn(
+                    model, total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
                 )
             callback.on_training_start(locals(), globals())
             self.metrics.begin()
@@ -562,12 +563,12 @@ def _make_loop(
     replay_ratio: float | None,
 ) -> LearnerLoop:
     """The ``loop_type`` loop over ``model``; if it raises, ``model`` is left unclaimed (as it was)."""
-    claimed = model in _DRIVEN
+    claimed = model in DRIVEN
     try:  # the loops check the model's settings before they claim it; whatever they raise, no claim is left
         return loop_type(model, num_collectors, envs_per_collector, max_policy_lag, replay_ratio)
     except BaseException:
         if not claimed:
-            _DRIVEN.discard(model)
+            DRIVEN.discard(model)
         raise
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from stable_baselines3.common.callbacks import BaseCallback
 
 from unilab_gym.sb3.control.controller import Controller
-from unilab_gym.sb3.control.server import ControlServer, _require
+from unilab_gym.sb3.control.server import ControlServer, require_control_extra
 from unilab_gym.sb3.control.snapshots import SnapshotStore
 
 
@@ -47,7 +47,7 @@ class ControlCallback(BaseCallback):
         """Start the server unless ``port`` is ``None`` (arguments: see the class docstring)."""
         super().__init__(verbose)
         if port is not None:
-            _require()
+            require_control_extra()
         if not isinstance(snapshot_on_change, bool):
             raise ValueError(f"snapshot_on_change must be a bool, got {snapshot_on_change!r}")
         self._snapshot_on_change = snapshot_on_change

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from unilab_gym.sb3 import _sb3_private
 from unilab_gym.sb3.control.hyperparams import Hyperparameters
 from unilab_gym.sb3.control.snapshots import SnapshotStore
 
@@ -245,8 +246,8 @@ class Controller:
         out: dict[str, Any] = {
             "algorithm": type(model).__name__,
             "num_timesteps": int(model.num_timesteps),
-            "n_updates": int(getattr(model, "_n_updates", 0)),
-            "episodes": int(getattr(model, "_episode_num", 0)),
+            "n_updates": _sb3_private.update_count(model),
+            "episodes": _sb3_private.episode_count(model),
             "learning": self._learner is not None,
             "snapshots": len(self.store.list()),
         }
@@ -303,7 +304,7 @@ class Controller:
         )
 
     def _log(self, changes: list[tuple[str, Any, Any]], source: str, only_changed: bool = False) -> None:
-        logger = getattr(self.model, "_logger", None)
+        logger = _sb3_private.logger_or_none(self.model)
         now = time.time()
         for name, old, new in changes:
             if only_changed and old == new:
@@ -334,20 +335,13 @@ class _Trial:
         self.model = model = controller.model
         self.undo, self.changes = undo, changes
         self._controller = weakref.ref(controller)
-        self._own = {
-            name: model.__dict__[name] for name in ("train", "_excluded_save_params") if name in model.__dict__
-        }
-        excluded = model._excluded_save_params
-        model._excluded_save_params = lambda: [*excluded(), "train", "_excluded_save_params"]
+        self._own = _sb3_private.instance_attributes(model, _sb3_private.TRIAL_ATTRIBUTES)
+        _sb3_private.exclude_from_save(model, _sb3_private.TRIAL_ATTRIBUTES)
         model.train = self.train
 
     def remove(self) -> None:
         model = self.model
-        for name in ("train", "_excluded_save_params"):
-            if name in self._own:
-                setattr(model, name, self._own[name])
-            else:
-                model.__dict__.pop(name, None)
+        _sb3_private.restore_instance_attributes(model, _sb3_private.TRIAL_ATTRIBUTES, self._own)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         controller = self._controller()

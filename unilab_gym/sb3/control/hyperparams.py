@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from unilab_gym.sb3 import _sb3_private
 from unilab_gym.validation import check_int, check_real
 
 
@@ -130,7 +131,7 @@ def _set_gamma(t: Target, value: float) -> None:
     model = t.model
     model.gamma = value
     buffers = [getattr(model, "rollout_buffer", None), getattr(model, "replay_buffer", None)]
-    buffers.append(getattr(t.loop, "_stock_buffer", None))  # the on-policy runner swaps in its own buffer
+    buffers.append(getattr(t.loop, "stock_buffer", None))  # the on-policy runner swaps in its own buffer
     for buffer in buffers:
         if buffer is not None and hasattr(buffer, "gamma"):
             buffer.gamma = value
@@ -320,7 +321,7 @@ def _save_learning_rate(t: Target) -> Callable[[], None]:
 def _save_gamma(t: Target) -> Callable[[], None]:
     model = t.model
     buffers = [getattr(model, "rollout_buffer", None), getattr(model, "replay_buffer", None)]
-    buffers.append(getattr(t.loop, "_stock_buffer", None))
+    buffers.append(getattr(t.loop, "stock_buffer", None))
     return _keep((model, "gamma"), *[(b, "gamma") for b in buffers])
 
 
@@ -370,7 +371,7 @@ def _kinds(*kinds: str) -> Callable[[Target], bool]:
 
 
 def _progress(t: Target) -> float:
-    return float(getattr(t.model, "_current_progress_remaining", 1.0))
+    return _sb3_private.progress_remaining(t.model)
 
 
 #: Every live hyperparameter, in the order :meth:`Hyperparameters.values` lists them.

@@ -38,7 +38,8 @@ START_TIMEOUT_S = 10.0
 _EXTRA = 'the control API needs FastAPI and uvicorn: pip install "unilab-gym[control]"'
 
 
-def _require() -> None:
+def require_control_extra() -> None:
+    """Raise ``ImportError`` (naming the ``control`` extra) if FastAPI or uvicorn is missing."""
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
@@ -187,7 +188,7 @@ def make_app(controller: Any, token: str, metrics_app: Any = None) -> Any:  # no
     Raises:
         ImportError: FastAPI is not installed.
     """
-    _require()
+    require_control_extra()
     from fastapi import FastAPI
     from starlette.routing import Route
 
@@ -335,7 +336,7 @@ class ControlServer:
         from unilab_gym.sb3.control.snapshots import new_run_id
         from unilab_gym.validation import check_int
 
-        _require()
+        require_control_extra()
         import uvicorn
 
         port = check_int("control_port", port, minimum=0, maximum=65535)

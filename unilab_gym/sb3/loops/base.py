@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from unilab_gym.runtime.weights import flatten_into, vector_size
+from unilab_gym.sb3 import _sb3_private
 from unilab_gym.sb3.normalization import merge_moments, normalization_spec, pack_statistics
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from unilab_gym.runtime.pool import CollectorPool, Reports
 
 #: Models a loop drives now (an open ``AsyncRunner``): a model trained by two runners at once is refused.
-_DRIVEN: weakref.WeakSet[Any] = weakref.WeakSet()
+DRIVEN: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class LearnerLoop(ABC):
@@ -54,7 +55,7 @@ class LearnerLoop(ABC):
 
     def __init__(self, model: Any, policy: Any):
         """Claim ``model`` and size the published weight vector (arguments: see the class docstring)."""
-        if model in _DRIVEN:
+        if model in DRIVEN:
             raise ValueError("this model is driven by another AsyncRunner that is still open; close that one first")
         self.model = model
         self.policy = policy
@@ -67,7 +68,7 @@ class LearnerLoop(ABC):
         self._flat = np.empty(self.weights_size, np.float32)
         self._published = np.full(self.weights_size, np.nan, np.float32)
         self._t0 = time.monotonic()
-        _DRIVEN.add(model)  # last: a loop that failed to build holds no claim
+        DRIVEN.add(model)  # last: a loop that failed to build holds no claim
 
     # ------------------------------------------------------------------ collector side
     @abstractmethod
@@ -99,7 +100,7 @@ class LearnerLoop(ABC):
 
     def close(self) -> None:
         """Free what the loop owns and let another runner drive the model. Idempotent."""
-        _DRIVEN.discard(self.model)
+        DRIVEN.discard(self.model)
 
     def publish(self, pool: CollectorPool, metrics: RunnerMetrics, *, only_if_changed: bool = False) -> int:
         """Publish the policy's weights as the next version; return it.
@@ -139,4 +140,4 @@ class LearnerLoop(ABC):
         t = round(time.monotonic() - self._t0, 6)
         for ep_return, ep_length in zip(reports.episode_returns, reports.episode_lengths):
             model.ep_info_buffer.append({"r": ep_return, "l": ep_length, "t": t})
-        model._episode_num += len(reports.episode_returns)
+        _sb3_private.add_episodes(model, len(reports.episode_returns))

@@ -37,6 +37,7 @@ from unilab_gym.runtime.control import STEP_CALLS, TRANSITIONS
 from unilab_gym.runtime.metrics import ReplayInfo
 from unilab_gym.runtime.normalization import NormalizationSpec
 from unilab_gym.runtime.rollout import put_obs
+from unilab_gym.sb3 import _sb3_private
 from unilab_gym.sb3.loops.base import LearnerLoop
 from unilab_gym.validation import check_int, check_real
 
@@ -250,7 +251,7 @@ class OffPolicyLoop(LearnerLoop):
         pool.set_learning_starts(base + starts)
         grad_steps = calls = 0
         grad_step_s = TRAIN_CHUNK_S  # running estimate of one gradient step's duration
-        episodes_logged = model._episode_num
+        episodes_logged = _sb3_private.episode_count(model)
         # the replay ratio holds from origin_counted transitions and origin_steps gradient steps on
         # (a live change of the ratio moves the origin: steps already run stand)
         origin_counted, origin_steps = starts, 0
@@ -281,10 +282,10 @@ class OffPolicyLoop(LearnerLoop):
                     return
             model.num_timesteps = now_steps
             metrics.observe_policy_lag(pool.policy_lag() + self._held)
-            if model._episode_num // log_interval > episodes_logged // log_interval:
-                episodes_logged = model._episode_num
+            if _sb3_private.episode_count(model) // log_interval > episodes_logged // log_interval:
+                episodes_logged = _sb3_private.episode_count(model)
                 metrics.record(model.logger)
-                (model.dump_logs if hasattr(model, "dump_logs") else model._dump_logs)()
+                _sb3_private.dump_logs(model)
             done = produced >= target
             if done:
                 pool.set_budget(pool.counters.total_transitions())  # pause collectors
@@ -298,7 +299,7 @@ class OffPolicyLoop(LearnerLoop):
             )
             if due > 0:
                 # SB3 trains after every collection, the last one included; so do we
-                model._update_current_progress_remaining(model.num_timesteps, total)
+                _sb3_private.update_progress_remaining(model, model.num_timesteps, total)
                 # chunks of about TRAIN_CHUNK_S, so collector faults are noticed between them
                 # (inline collectors run only between calls: all that is due, so no timing enters the run)
                 k = due if done or not pool.runs_concurrently else max(1, min(due, int(TRAIN_CHUNK_S / grad_step_s)))

@@ -64,6 +64,7 @@ from unilab_gym.runtime.control import ROLLOUTS, STEP_CALLS, TRANSITIONS
 from unilab_gym.runtime.normalization import NormalizationSpec
 from unilab_gym.runtime.pool import check_env_count
 from unilab_gym.runtime.rollout import SLOTS, RolloutHandle, RolloutStorage, put_obs
+from unilab_gym.sb3 import _sb3_private
 from unilab_gym.sb3.loops.base import LearnerLoop
 from unilab_gym.validation import check_int
 
@@ -288,7 +289,8 @@ class OnPolicyLoop(LearnerLoop):
             gamma=old.gamma,
             n_envs=old.n_envs,
         )
-        self._stock_buffer = old
+        #: the model's own rollout buffer, put back at :meth:`close` (live changes apply to it too).
+        self.stock_buffer = old
         model.rollout_buffer = self._own_buffer
         self.next_rollout = 0  # index of the next rollout the learner consumes
 
@@ -314,7 +316,7 @@ class OnPolicyLoop(LearnerLoop):
         """Free the rollout storage and give the model back its own rollout buffer. Idempotent."""
         super().close()
         if self.model.rollout_buffer is self._own_buffer:
-            self.model.rollout_buffer = self._stock_buffer
+            self.model.rollout_buffer = self.stock_buffer
         self.storage.close()
 
     def _grant(self, pool: CollectorPool, end: int) -> None:
@@ -355,7 +357,7 @@ class OnPolicyLoop(LearnerLoop):
                 metrics.observe_policy_lag(lag)
                 callback.on_rollout_end()
                 iteration += 1
-                model._update_current_progress_remaining(model.num_timesteps, total)
+                _sb3_private.update_progress_remaining(model, model.num_timesteps, total)
                 if iteration % log_interval == 0:
                     metrics.record(model.logger)
                     model.dump_logs(iteration)
