@@ -173,7 +173,7 @@ def _cell_kwargs(axes: Sequence[Axis], cell: dict[str, float]) -> tuple[dict[str
     """A cell as ``(domain_randomization, task keyword arguments)``: physics values, and ``field=(v, v)``."""
     fields = {a.name: a.field for a in axes}
     physics = {k: v for k, v in cell.items() if fields.get(k) is None}
-    task = {fields[k]: (v, v) for k, v in cell.items() if fields.get(k) is not None}
+    task = {str(fields[k]): (v, v) for k, v in cell.items() if fields.get(k) is not None}
     return physics, task
 
 
@@ -540,7 +540,8 @@ def write_generalization(
     inside = (values >= train_range[0]) & (values <= train_range[1])
     fig, ax = plt.subplots(figsize=(6.0, 3.6))
     ax.axvspan(train_range[0], train_range[1], color="tab:green", alpha=0.15, label="training range")
-    ax.errorbar(values, rate, yerr=[rate - lo, hi - rate], color="black", lw=1, capsize=3, zorder=1)
+    yerr = [np.maximum(rate - lo, 0.0), np.maximum(hi - rate, 0.0)]  # Wilson's bounds may round past the rate
+    ax.errorbar(values, rate, yerr=yerr, color="black", lw=1, capsize=3, zorder=1)
     ax.scatter(values[inside], rate[inside], color="tab:green", zorder=2, label="in training range")
     ax.scatter(values[~inside], rate[~inside], color="tab:red", marker="s", zorder=2, label="held out")
     ax.set_xlabel(_axis_label(axis.name))
