@@ -1,6 +1,7 @@
-"""Manipulation tasks for the Franka Panda (:data:`~unilab_gym.robots.PANDA`): ``UniLab/PandaReach-v0`` (move the
-grasp point to a target) and ``UniLab/PandaPick-v0`` (pick up an object of a random shape, size, mass and friction
-and lift it to a target height).
+"""Manipulation tasks for the Franka Panda (:data:`~unilab_gym.robots.PANDA`).
+
+``UniLab/PandaReach-v0`` (move the grasp point to a target) and ``UniLab/PandaPick-v0`` (pick up an object of a
+random shape, size, mass and friction and lift it to a target height).
 
 Batched numpy over all N envs, never pybullet (:class:`~unilab_gym.tasks.base.Task`). Positions in observations,
 commands and targets are relative to each env's robot base (world axes), so they do not depend on the lane the
@@ -220,6 +221,7 @@ class PandaConfig:
     (every robot link) friction; ``added_mass`` and the centre-of-mass offsets act on the fixed base: not at all."""
 
     def __post_init__(self) -> None:
+        """Resolve the robot and check and convert every field (raises ``ValueError`` naming the field)."""
         robot = get_robot(PANDA if self.robot == "panda" else self.robot)
         if robot.num_joints != ARM_JOINTS + 2 or robot.end_effector_link is None:
             raise ValueError(
@@ -265,8 +267,9 @@ class PandaConfig:
 
 @dataclass(frozen=True)
 class PandaReachConfig(PandaConfig):
-    """The task configuration of ``UniLab/PandaReach-v0``, validated once when made (its fields are the env's
-    keyword arguments; ``PandaReachConfig(**config.to_dict()) == config``).
+    """The task configuration of ``UniLab/PandaReach-v0``, validated once when made.
+
+    Its fields are the env's keyword arguments; ``PandaReachConfig(**config.to_dict()) == config``.
 
     Raises:
         ValueError: an invalid value, naming the field and the value.
@@ -290,8 +293,9 @@ class PandaReachConfig(PandaConfig):
 
 @dataclass(frozen=True)
 class PandaPickConfig(PandaConfig):
-    """The task configuration of ``UniLab/PandaPick-v0``, validated once when made (``PandaPickConfig(**c.to_dict())
-    == c``).
+    """The task configuration of ``UniLab/PandaPick-v0``, validated once when made.
+
+    Its fields are the env's keyword arguments; ``PandaPickConfig(**c.to_dict()) == c``.
 
     The object is drawn per episode from the episode's stream: its shape uniformly from ``object_shapes``, then
     uniformly in each range: size, mass, friction, position on the ground in front of the arm, yaw, and the goal
@@ -410,9 +414,11 @@ class _PandaTask(Task):
 
 
 class PandaReachTask(_PandaTask):
-    """``UniLab/PandaReach-v0``: move the grasp point (``panda_grasptarget``) to a target drawn per episode in
-    ``target_range``; no termination (time limit only); success within 5 cm. Observation :data:`REACH_OBS_LAYOUT`,
-    reward :class:`ReachRewardWeights`, 7 actions (arm joint targets)."""
+    """``UniLab/PandaReach-v0``: move the grasp point (``panda_grasptarget``) to a target.
+
+    The target is drawn per episode in ``target_range``; no termination (time limit only); success within 5 cm.
+    Observation :data:`REACH_OBS_LAYOUT`, reward :class:`ReachRewardWeights`, 7 actions (arm joint targets).
+    """
 
     obs_dim = 33
     critic_obs_dim = 33 + _NUM_PHYSICS
@@ -422,6 +428,7 @@ class PandaReachTask(_PandaTask):
     config: PandaReachConfig
 
     def __init__(self, num_envs: int, config: PandaReachConfig):
+        """Set up ``num_envs`` envs of ``config`` (as :class:`~unilab_gym.tasks.base.Task`)."""
         super().__init__(num_envs, config)
         self._low, self._high = (np.array(corner) for corner in config.target_range)
         self._distance = np.zeros(num_envs)
@@ -477,12 +484,15 @@ class PandaReachTask(_PandaTask):
 
 
 class PandaPickTask(_PandaTask):
-    """``UniLab/PandaPick-v0``: grasp the env's object (a box, cylinder or sphere of random size, mass and friction,
-    :class:`PandaPickConfig`) and lift it to the goal, above its initial position at a random height; success when
-    the object is within 5 cm of the goal; terminated when the object is knocked more than 1 m from the base
-    (``object_lost``). Observation :data:`PICK_OBS_LAYOUT`, reward :class:`PickRewardWeights`, 4 actions (the grasp
-    point's displacement, the hand pointing down, and the gripper: panda-gym's end-effector control). Each episode's
-    object is in the parameter trace (:data:`OBJECT_PARAMETERS`)."""
+    """``UniLab/PandaPick-v0``: grasp the env's object and lift it to the goal.
+
+    The object is a box, cylinder or sphere of random size, mass and friction (:class:`PandaPickConfig`); the goal is
+    above its initial position at a random height. Success when the object is within 5 cm of the goal; terminated
+    when the object is knocked more than 1 m from the base (``object_lost``). Observation :data:`PICK_OBS_LAYOUT`,
+    reward :class:`PickRewardWeights`, 4 actions (the grasp point's displacement, the hand pointing down, and the
+    gripper: panda-gym's end-effector control). Each episode's object is in the parameter trace
+    (:data:`OBJECT_PARAMETERS`).
+    """
 
     obs_dim = 53
     critic_obs_dim = 53 + _NUM_PHYSICS + len(OBJECT_PARAMETERS)
@@ -504,6 +514,7 @@ class PandaPickTask(_PandaTask):
     GRASP_WIDTH_FACTOR = 1.5
 
     def __init__(self, num_envs: int, config: PandaPickConfig):
+        """Set up ``num_envs`` envs of ``config``, with one object each and the end-effector controller's state."""
         super().__init__(num_envs, config)
         self.scene = Scene(objects=True)
         self.objects = ObjectEpisodes.zeros(num_envs)
@@ -546,9 +557,12 @@ class PandaPickTask(_PandaTask):
         return targets
 
     def sample_episode(self, env: int, rng: np.random.Generator) -> np.ndarray:
-        """The object: shape (1 draw), size (rounded to :data:`SIZE_RESOLUTION`), mass, friction, x, y, yaw, goal
+        """Draw the episode's object, goal and initial arm pose.
+
+        The object: shape (1 draw), size (rounded to :data:`SIZE_RESOLUTION`), mass, friction, x, y, yaw, goal
         height (7 uniforms), then the initial arm pose (7); writes the goal (``command``), :attr:`objects` and
-        :attr:`episode_parameters`."""
+        :attr:`episode_parameters`.
+        """
         c = self.config
         code = int(self._shape_codes[rng.integers(len(self._shape_codes))])
         size, mass, friction, x, y, yaw, height = rng.uniform(
@@ -606,9 +620,12 @@ class PandaPickTask(_PandaTask):
         self._critic(obs, parameters, out)
 
     def grasped(self, state: RobotState) -> np.ndarray:
-        """(N,) bool: each env's object is held: its centre within :attr:`GRASP_DISTANCE` of the grasp point (between
-        the fingertips) and the fingers' opening (the sum of the two finger joints, m) at most
-        :attr:`GRASP_WIDTH_FACTOR` times its size, so that the closed fingers press on it."""
+        """(N,) bool: each env's object is held.
+
+        Held: its centre within :attr:`GRASP_DISTANCE` of the grasp point (between the fingertips) and the fingers'
+        opening (the sum of the two finger joints, m) at most :attr:`GRASP_WIDTH_FACTOR` times its size, so that the
+        closed fingers press on it.
+        """
         near = np.linalg.norm(state.end_effector_pos - state.object_pos, axis=1) < self.GRASP_DISTANCE
         opening = state.joint_pos[:, ARM_JOINTS] + state.joint_pos[:, ARM_JOINTS + 1]
         return near & (opening <= self.GRASP_WIDTH_FACTOR * self.episode_parameters[:, 1])
@@ -616,8 +633,11 @@ class PandaPickTask(_PandaTask):
     def evaluate(
         self, state: RobotState, action: np.ndarray, previous_action: np.ndarray, restarting: np.ndarray
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """Terms ``reach``, ``grasp``, ``lift``, ``goal``, ``success``, ``action_rate`` (:class:`PickRewardWeights`);
-        condition ``object_lost``."""
+        """The reward terms and the termination condition.
+
+        Terms ``reach``, ``grasp``, ``lift``, ``goal``, ``success``, ``action_rate`` (:class:`PickRewardWeights`);
+        condition ``object_lost``.
+        """
         w = self.config.reward_weights
         obj = state.object_pos - state.base_pos
         to_object = np.linalg.norm(state.end_effector_pos - state.object_pos, axis=1)

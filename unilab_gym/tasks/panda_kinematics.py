@@ -109,8 +109,11 @@ def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def orientation_error(rotation: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """(N, 3) rotation vector (small-angle) from ``rotation`` to ``target`` (both (N, 3, 3) or target (3, 3)):
-    ``0.5 * sum_k r_k x t_k`` over the frames' axes (Siciliano et al. 2009, "Robotics", eq. 3.85)."""
+    """(N, 3) rotation vector (small-angle) from ``rotation`` to ``target``.
+
+    Both are (N, 3, 3), or ``target`` is (3, 3): ``0.5 * sum_k r_k x t_k`` over the frames' axes (Siciliano et al.
+    2009, "Robotics", eq. 3.85).
+    """
     target = np.broadcast_to(target, rotation.shape)
     return 0.5 * (
         _cross(rotation[..., 0], target[..., 0])
