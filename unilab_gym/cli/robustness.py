@@ -90,10 +90,12 @@ class Axis:
 
 
 def task_axes(env_id: str = DEFAULT_ENV_ID) -> dict[str, str]:
-    """The task axes of ``env_id``: axis name -> task configuration field, one per ``<name>_range`` field that is a
-    (low, high) pair of numbers (``UniLab/PandaPick-v0``: ``object_size``, ``object_mass``, ``object_friction``,
-    ``object_x`` ...; ``UniLab/Quadruped-v0``: the command ranges ``lin_vel_x`` ...). A cell's value ``v`` of an
-    axis sets the field to ``(v, v)``: every episode of the cell draws exactly ``v``.
+    """The task axes of ``env_id``: axis name -> task configuration field.
+
+    One per ``<name>_range`` field that is a (low, high) pair of numbers (``UniLab/PandaPick-v0``: ``object_size``,
+    ``object_mass``, ``object_friction``, ``object_x`` ...; ``UniLab/Quadruped-v0``: the command ranges
+    ``lin_vel_x`` ...). A cell's value ``v`` of an axis sets the field to ``(v, v)``: every episode of the cell
+    draws exactly ``v``.
 
     Raises:
         ValueError: ``env_id`` is not a registered UniLab id (:func:`~unilab_gym.registration.vector_env_type`).
@@ -504,14 +506,18 @@ def write_report(out: Path, results: dict[str, Any]) -> Path:
 
 
 def failed(record: dict[str, Any]) -> bool:
-    """Whether an episode record is a failure: not ``is_success`` where the record has it, else a fall (a
-    termination)."""
+    """Whether an episode record is a failure.
+
+    Not ``is_success`` where the record has it, else a fall (a termination).
+    """
     return not record["is_success"] if "is_success" in record else record["termination"] == "fall"
 
 
 def first_failure(results: dict[str, Any]) -> int | None:
-    """Index in ``results["episodes"]`` of the first failure (:func:`failed`) of the worst cell that has one, or
-    ``None``."""
+    """Index in ``results["episodes"]`` of the first failure of the worst cell that has one, or ``None``.
+
+    A failure as :func:`failed` says.
+    """
     for s in results["cells"]:
         for k, r in enumerate(results["episodes"]):
             if r["cell"] == s["cell"] and failed(r):
@@ -522,8 +528,10 @@ def first_failure(results: dict[str, Any]) -> int | None:
 def write_generalization(
     path: Path, summary: Sequence[dict[str, Any]], axis: Axis, train_range: tuple[float, float]
 ) -> Path:
-    """Success rate (with its 95 % Wilson interval) over the values of ``axis``, averaged over any other axes,
-    with the training range shaded: the values outside it are held out of training."""
+    """Plot the success rate (with its 95 % Wilson interval) over the values of ``axis``.
+
+    Averaged over any other axes, with the training range shaded: the values outside it are held out of training.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
