@@ -32,7 +32,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from stable_baselines3 import A2C, DDPG, PPO, SAC, TD3
+from stable_baselines3 import A2C, PPO, SAC, TD3
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.vec_env import VecNormalize
@@ -40,9 +40,11 @@ from tqdm.auto import tqdm
 
 from unilab_gym.cli import HelpFormatter
 from unilab_gym.cli._video import write_video
+from unilab_gym.sb3.algorithms import ALGORITHMS
 from unilab_gym.sb3.vec_env import make_sb3_env
 
-ALGOS = {cls.__name__.lower(): cls for cls in (SAC, PPO, TD3, DDPG, A2C)}
+#: the algorithms ``--algo`` accepts (the one table, :data:`unilab_gym.sb3.algorithms.ALGORITHMS`).
+ALGOS = ALGORITHMS
 
 
 def algo_of(path: Path) -> type[BaseAlgorithm]:

@@ -96,12 +96,11 @@ class Hyperparameter:
 
 
 def _kind(model: Any) -> str:
-    from stable_baselines3 import A2C, PPO, SAC, TD3
+    """``"sac"``, ``"td3"`` (DDPG too: a TD3 with other defaults), ``"ppo"``, ``"a2c"`` or ``"other"``."""
+    from unilab_gym.sb3.algorithms import algorithm_name
 
-    for cls, name in ((SAC, "sac"), (TD3, "td3"), (PPO, "ppo"), (A2C, "a2c")):
-        if isinstance(model, cls):
-            return name
-    return "other"
+    name = algorithm_name(model)
+    return "td3" if name == "ddpg" else name or "other"
 
 
 def _off_policy(t: Target) -> bool:
