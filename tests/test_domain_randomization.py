@@ -13,7 +13,7 @@ from unilab_gym import UniLabVectorEnv
 from unilab_gym.randomization import NOMINAL, PARAMETER_NAMES, DomainRandomization
 from unilab_gym.sim import a1
 from unilab_gym.trace import read_jsonl
-from unilab_gym.vector_env import replay_env
+from unilab_gym.trace_replay import replay_env
 
 FULL_DR = {
     "friction": (0.3, 1.2),

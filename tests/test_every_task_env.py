@@ -28,7 +28,8 @@ from unilab_gym.randomization import PARAMETER_NAMES
 from unilab_gym.registration import QUADRUPED_ID
 from unilab_gym.robots import ROBOTS
 from unilab_gym.trace import read_jsonl
-from unilab_gym.vector_env import FinishedEnvError, UniLabVectorEnv, replay_env
+from unilab_gym.trace_replay import replay_env
+from unilab_gym.vector_env import FinishedEnvError, UniLabVectorEnv
 
 sys.path.insert(0, os.path.dirname(__file__))
 import _task_envs

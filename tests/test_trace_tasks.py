@@ -8,7 +8,7 @@ from test_task_seam import HoldPoseTask
 from unilab_gym import UniLabVectorEnv
 from unilab_gym.randomization import PARAMETER_NAMES
 from unilab_gym.trace import ParameterTrace, read_jsonl
-from unilab_gym.vector_env import replay_env
+from unilab_gym.trace_replay import replay_env
 
 
 class TargetTask(HoldPoseTask):

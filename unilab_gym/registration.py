@@ -24,21 +24,15 @@ from gymnasium.envs import registration as gym_registration
 if TYPE_CHECKING:
     from unilab_gym.vector_env import UniLabVectorEnv
 
-QUADRUPED_ID = "UniLab/Quadruped-v0"
-QUADRUPED_ROUGH_ID = "UniLab/QuadrupedRough-v0"
-QUADROTOR_ID = "UniLab/Quadrotor-v0"
-PANDA_REACH_ID = "UniLab/PandaReach-v0"
-PANDA_PICK_ID = "UniLab/PandaPick-v0"
-
-#: The vector env class of each registered id, as ``"module:class"`` (imported only when asked for, by
-#: :func:`vector_env_type`): what a parameter trace's ``env_id`` rebuilds (:func:`unilab_gym.vector_env.replay_env`).
-VECTOR_ENV_TYPES: dict[str, str] = {
-    QUADRUPED_ID: "unilab_gym.vector_env:UniLabVectorEnv",
-    QUADRUPED_ROUGH_ID: "unilab_gym.envs_rough:QuadrupedRoughVectorEnv",
-    PANDA_REACH_ID: "unilab_gym.envs_panda:PandaReachVectorEnv",
-    PANDA_PICK_ID: "unilab_gym.envs_panda:PandaPickVectorEnv",
-    QUADROTOR_ID: "unilab_gym.envs_quadrotor:QuadrotorVectorEnv",
-}
+from unilab_gym.env_ids import (  # noqa: F401  (re-exported: the ids and the class lookup live there)
+    PANDA_PICK_ID,
+    PANDA_REACH_ID,
+    QUADROTOR_ID,
+    QUADRUPED_ID,
+    QUADRUPED_ROUGH_ID,
+    VECTOR_ENV_TYPES,
+    env_id_of,
+)
 
 
 def make_quadruped(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
@@ -138,23 +132,6 @@ def make_quadruped_rough(num_envs: int | None = None, **kwargs: Any) -> gym.Env:
 
     caller = sys._getframe(1)
     return _make_task_env(QUADRUPED_ROUGH_ID, QuadrupedRoughEnv, QuadrupedRoughVectorEnv, num_envs, caller, kwargs)
-
-
-def env_id_of(env_type: type) -> str | None:
-    """The registered id whose vector env is exactly ``env_type`` (a class, not its subclasses), else ``None``.
-
-    Our ids are looked up in :data:`VECTOR_ENV_TYPES`; another id is found when its spec's ``vector_entry_point``
-    is ``env_type`` itself or its ``"module:class"`` name (``gym.register(id, vector_entry_point=MyVectorEnv)``).
-    The trace header records it as ``"env_id"`` (:mod:`unilab_gym.trace`).
-    """
-    name = f"{env_type.__module__}:{env_type.__qualname__}"
-    for env_id, known in VECTOR_ENV_TYPES.items():
-        if known == name:
-            return env_id
-    for spec in gym.registry.values():
-        if spec.vector_entry_point is env_type or spec.vector_entry_point == name:
-            return spec.id
-    return None
 
 
 def vector_env_type(env_id: Any) -> type[UniLabVectorEnv]:

@@ -35,7 +35,7 @@ Replaying a record: the ``env_id``'s vector env class (:func:`unilab_gym.registr
 ``cls(1, **{**header["env"], "domain_randomization": <the record's physics parameters>})`` (plus what the task needs
 to start that episode again, :meth:`unilab_gym.tasks.base.Task.replay_kwargs`, e.g. a rough-terrain level), then
 ``reset(options={"episode_seed": record["episode_seed"]})`` and the episode's actions
-(:func:`unilab_gym.vector_env.replay_env(header, record) <unilab_gym.vector_env.replay_env>` does all but the
+(:func:`unilab_gym.trace_replay.replay_env(header, record) <unilab_gym.trace_replay.replay_env>` does all but the
 actions). A header without ``"env_id"`` (written before it existed) is ``UniLab/Quadruped-v0``'s.
 """
 

@@ -657,7 +657,7 @@ def replay(
     """
     from tqdm.auto import tqdm
 
-    from unilab_gym.vector_env import replay_env
+    from unilab_gym.trace_replay import replay_env
 
     record = results["episodes"][index]
     render = video is not None

@@ -189,7 +189,7 @@ class Task(ABC):
         Computed from a trace record's ``parameters`` (the physics parameters and :attr:`episode_parameter_names`):
         what the episode seed alone does not give, e.g. state the task carries across episodes (a terrain
         curriculum's level). Default: none (``{}``: every draw of :meth:`sample_episode` comes from the episode seed).
-        :func:`~unilab_gym.vector_env.replay_env` passes them to the env with the trace's configuration.
+        :func:`~unilab_gym.trace_replay.replay_env` passes them to the env with the trace's configuration.
         """
         return {}
 
