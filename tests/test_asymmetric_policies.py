@@ -149,7 +149,7 @@ def test_export_takes_the_48_policy_values(tmp_path, monkeypatch):
     expected = model.predict(obs, deterministic=True)[0]
     np.testing.assert_allclose(net.act(obs["policy"]), expected, atol=1e-6)
     parity = np.random.default_rng(0).normal(size=(256, 48)).astype(np.float32)  # fast: not 10,000 env observations
-    monkeypatch.setattr(to_onnx, "env_observations", lambda: parity)
+    monkeypatch.setattr(to_onnx, "env_observations", lambda *args, **kwargs: parity)
     path = export_onnx(model, tmp_path / "actor.onnx")
     np.testing.assert_allclose(run_onnx(path, obs["policy"]), expected, atol=1e-5)
     header = export_c_header(model, tmp_path / "actor.h").read_text()

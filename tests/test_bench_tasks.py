@@ -241,7 +241,6 @@ def test_bench_env_task_smoke_merges_its_entry(tmp_path, capsys):
 def test_bench_env_task_arguments_are_checked(tmp_path, capsys):
     for argv, named in (
         (["--robot", "aliengo"], "--robot needs --task"),
-        (["--save-model", "m"], "--save-model needs --task"),
         (["--task", QUADRUPED, "--sweep-cluster"], "--sweep-cluster"),
         (["--task", "UniLab/Nope-v0", "--smoke"], "UniLab/Nope-v0"),
     ):

@@ -20,6 +20,7 @@ entry that no longer occurs, so the list only shrinks.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,8 +150,13 @@ def _reaches(path: Path) -> list[tuple[int, str, str]]:
     return found
 
 
+@functools.cache
 def _scan() -> dict[tuple[str, str], list[str]]:
-    """Every reach of the package, by ``(path, name)``: the ``path:line: code`` of each occurrence."""
+    """Every reach of the package, by ``(path, name)``: the ``path:line: code`` of each occurrence.
+
+    Parsed once per run: CPython 3.11.7's ``ast.parse`` can raise ``SystemError: AST constructor recursion depth
+    mismatch`` late in a long suite (gh-106905, fixed in 3.11.8), and the tree does not change during a run.
+    """
     hits: dict[tuple[str, str], list[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
