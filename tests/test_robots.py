@@ -236,7 +236,7 @@ def test_the_add_a_robot_page_runs():
     page = (Path(__file__).resolve().parents[1] / "docs" / "add-a-robot.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
     assert len(blocks) >= 5
-    shorter = {"total_timesteps = 30_000": "total_timesteps = 256", "episodes=64": "episodes=16"}
+    shorter = {"total_timesteps = 300_000": "total_timesteps = 256", "episodes=64": "episodes=16"}
     for text in shorter:
         assert sum(text in block for block in blocks) == 1, text
     namespace: dict = {}
