@@ -213,6 +213,22 @@ def _normalizer(vecnormalize: Any) -> Any:
     return vecnormalize.normalize_obs
 
 
+def _checked_arguments(model: Any, n_episodes: Any, seed: Any, vecnormalize: Any) -> tuple[int, int, Any]:
+    """``(n_episodes, seed, normalize)`` of an evaluation, checked before any env is made.
+
+    Raises:
+        ValueError: ``n_episodes`` is not a positive int, ``seed`` not an int >= 0, ``model`` has no ``predict``,
+            or ``vecnormalize`` is not a ``VecNormalize``, a path to its statistics, or ``None``.
+    """
+    n = check_positive_int("n_episodes", n_episodes)
+    seed = check_int("seed", seed, minimum=0)
+    if not hasattr(model, "predict"):
+        raise ValueError(
+            f"model must have an SB3-style predict(obs, deterministic=...) method, got {type(model).__name__}"
+        )
+    return n, seed, _normalizer(vecnormalize)
+
+
 def record_gait(
     model: Any,
     env_id: str = QUADRUPED_ID,
@@ -224,13 +240,7 @@ def record_gait(
     **env_kwargs: Any,
 ) -> GaitRecord:
     """Run one episode per env of a ``n_episodes``-env vector env and record its gait (see :func:`evaluate_gait`)."""
-    n = check_positive_int("n_episodes", n_episodes)
-    seed = check_int("seed", seed, minimum=0)
-    if not hasattr(model, "predict"):
-        raise ValueError(
-            f"model must have an SB3-style predict(obs, deterministic=...) method, got {type(model).__name__}"
-        )
-    normalize = _normalizer(vecnormalize)
+    n, seed, normalize = _checked_arguments(model, n_episodes, seed, vecnormalize)
     env = gym.make_vec(env_id, num_envs=n, **env_kwargs)
     base = env.unwrapped
     if not isinstance(base, UniLabVectorEnv):
@@ -363,13 +373,7 @@ def record_episodes(
         ValueError: a bad ``n_episodes``, ``seed`` or ``vecnormalize``, or a model without ``predict``.
         gymnasium.error.Error: ``env_id`` is not registered.
     """
-    n = check_positive_int("n_episodes", n_episodes)
-    seed = check_int("seed", seed, minimum=0)
-    if not hasattr(model, "predict"):
-        raise ValueError(
-            f"model must have an SB3-style predict(obs, deterministic=...) method, got {type(model).__name__}"
-        )
-    normalize = _normalizer(vecnormalize)
+    n, seed, normalize = _checked_arguments(model, n_episodes, seed, vecnormalize)
     env = gym.make_vec(env_id, num_envs=n, **env_kwargs)
     returns, lengths = np.zeros(n), np.zeros(n, np.int64)
     fell, success, has_success = np.zeros(n, bool), np.zeros(n, bool), False
