@@ -47,16 +47,19 @@ def resolve_urdf(urdf: str, owner: str = "RobotDescription") -> str:
 class RobotDescription:
     """A robot as data: what the physics layer loads and what a task reads.
 
-    Joint-indexed fields (``nominal_joint_pos``, ``kp``, ``kd``, ``torque_limits``) follow ``joint_names``; a single
-    number for ``kp`` / ``kd`` is used for every joint. Each field also accepts the JSON form :meth:`to_dict`
-    writes (lists for tuples), so ``RobotDescription.from_dict(r.to_dict()) == r``.
+    Joint-indexed fields (``nominal_joint_pos``, ``kp``, ``kd``, ``torque_limits``, ``joint_damping``) follow
+    ``joint_names``; a single number for ``kp`` / ``kd`` / ``joint_damping`` is used for every joint. Each field also
+    accepts the JSON form :meth:`to_dict` writes (lists for tuples, a dict for ``reward_weights``), so
+    ``RobotDescription.from_dict(r.to_dict()) == r``.
 
     Frames: the URDF's base frame must have x forward, y left and z up (the base orientation is the identity at
     spawn); for a URDF with other conventions use or write a z-up variant (e.g. ``laikago_toes_zup.urdf``).
 
     Raises:
-        ValueError: naming the field: a missing URDF file, repeated joint names, a pose, gain or limit of
-            the wrong length, negative gains, non-positive limits, heights or action scale. Unknown joint or link
+        ValueError: naming the field: a missing URDF file, repeated joint names, a pose, gain, damping or limit of
+            the wrong length, negative gains or damping, non-positive limits, heights or action scale, reward weights
+            that are not a dict of names to finite numbers (a name that is not one of the task's reward terms is
+            refused when a task is configured with the robot). Unknown joint or link
             names are reported when the URDF is loaded (:class:`~unilab_gym.sim.world.ClusterWorld`), with the
             URDF's valid names.
     """
@@ -97,6 +100,16 @@ class RobotDescription:
     use_urdf_inertia: bool = False
     """Load the URDF's ``<inertia>`` tensors (pybullet ``URDF_USE_INERTIA_FROM_FILE``); ``False`` (default):
     pybullet computes each link's inertia from its collision shapes and mass, as for the shipped quadrupeds."""
+    joint_damping: tuple[float, ...] | None = None
+    """Joint damping in N·m·s/rad per joint (one number for all), >= 0, replacing the URDF's
+    ``<dynamics damping=...>`` of the actuated joints (pybullet ``changeDynamics(jointDamping=)``, which pybullet
+    applies explicitly every physics step, besides the PD's ``kd``); ``None`` (default): the URDF's. A URDF's
+    damping on a light link can spin it at pybullet's velocity cap (``docs/add-a-robot.md``): 0 turns it off."""
+    reward_weights: Mapping[str, float] = field(default_factory=dict, hash=False)
+    """Per-robot overrides of the task's reward weights, by term name (e.g. ``{"torques": -1e-5}`` for a robot
+    with stiffer gains than the A1 whose weights are the defaults); empty (default): the task's defaults. Each value
+    a finite real number. A task applies them under the ``reward_weights`` its caller gives (those win) and refuses a
+    name that is none of its terms (a ``ValueError`` naming this field; :func:`unilab_gym.tasks.weights.resolve`)."""
     urdf_path: str = field(init=False, compare=False, repr=False)
     """The resolved absolute path of :attr:`urdf` (set at construction)."""
 
@@ -119,6 +132,9 @@ class RobotDescription:
             if min(limits) <= 0.0:
                 raise ValueError(f"{owner}: torque_limits must all be > 0 N·m, got {self.torque_limits!r}")
             set_(self, "torque_limits", limits)
+        if self.joint_damping is not None:
+            set_(self, "joint_damping", _per_joint(owner, "joint_damping", self.joint_damping, n, 0.0, True))
+        set_(self, "reward_weights", _weights(owner, self.reward_weights))
         set_(self, "foot_links", _names(owner, "foot_links", self.foot_links))
         set_(self, "contact_links", _names(owner, "contact_links", self.contact_links))
         for name in ("base_link", "end_effector_link"):
@@ -145,7 +161,11 @@ class RobotDescription:
         for f in fields(self):
             if f.init:
                 value = getattr(self, f.name)
-                out[f.name] = list(value) if isinstance(value, tuple) else value
+                if isinstance(value, tuple):
+                    value = list(value)
+                elif isinstance(value, Mapping):
+                    value = dict(value)
+                out[f.name] = value
         return out
 
     @classmethod
@@ -164,6 +184,16 @@ class RobotDescription:
         if missing:
             raise ValueError(f"RobotDescription needs field(s) {missing}; got {sorted(values)}")
         return cls(**dict(values))
+
+
+def _weights(owner: str, value: Any) -> dict[str, float]:
+    """``reward_weights``: a dict of non-empty term names to finite floats (the names are checked by the task)."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{owner}: reward_weights must be a dict of reward term names to weights, got {value!r}")
+    bad = [k for k in value if not isinstance(k, str) or not k]
+    if bad:
+        raise ValueError(f"{owner}: reward_weights keys must be reward term names (non-empty strings), got {bad!r}")
+    return {k: check_real(f"{owner}: reward_weights[{k!r}]", v) for k, v in value.items()}
 
 
 def _names(owner: str, name: str, value: Any) -> tuple[str, ...]:

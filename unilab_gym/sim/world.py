@@ -299,6 +299,10 @@ class ClusterWorld:
         infos = [p.getJointInfo(first, j, physicsClientId=c) for j in range(p.getNumJoints(first, physicsClientId=c))]
         names = [info[1].decode() for info in infos]
         self.joint_ids = [names.index(n) for n in robot.joint_names]
+        if robot.joint_damping is not None:  # in place of the URDF's <dynamics damping=...>
+            for body in self._robots:
+                for j, damping in zip(self.joint_ids, robot.joint_damping):
+                    p.changeDynamics(body, j, jointDamping=damping, physicsClientId=c)
         # every link by name, as (link index + 1): column 0 is the base (link -1)
         columns = [p.getBodyInfo(first, physicsClientId=c)[0].decode()] + [info[12].decode() for info in infos]
         # contact flags of one world, as (robot, link index + 1)

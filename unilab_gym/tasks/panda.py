@@ -33,6 +33,7 @@ from unilab_gym.robots import PANDA, RobotDescription, get_robot
 from unilab_gym.robots.panda import PANDA_ARM_LIMITS, PANDA_FINGER_OPEN
 from unilab_gym.sim.camera import Camera
 from unilab_gym.sim.scene import OBJECT_SHAPES, ObjectEpisodes, Scene
+from unilab_gym.tasks import weights
 from unilab_gym.tasks.base import Task
 from unilab_gym.tasks.panda_kinematics import BASE_COM_OFFSET, forward_kinematics, ik_step
 from unilab_gym.validation import check_positive, check_positive_int, check_real
@@ -247,12 +248,12 @@ class PandaConfig:
                 else DomainRandomization(self.domain_randomization)
             ),
         }
-        converted.update(self._own_fields())
+        converted.update(self._own_fields(robot))
         for name, value in converted.items():
             object.__setattr__(self, name, value)
 
-    def _own_fields(self) -> dict[str, Any]:
-        """The task's own fields, validated and converted."""
+    def _own_fields(self, robot: RobotDescription) -> dict[str, Any]:
+        """The task's own fields, validated and converted (``robot``: the resolved robot)."""
         return {}
 
     @property
@@ -281,13 +282,20 @@ class PandaReachConfig(PandaConfig):
     )
     """((x, y, z) low, (x, y, z) high) in m, relative to the base: the target is drawn uniformly in this box (0.3 m
     in x and z as panda-gym's ``goal_range`` 0.3, 0.5 m wide in y; centred 0.5 m in front of the base, 0.2 m up)."""
-    reward_weights: ReachRewardWeights = field(default_factory=ReachRewardWeights)
-    """Weights of the reward terms (a dict overrides the defaults of :class:`ReachRewardWeights`)."""
+    reward_weights: ReachRewardWeights = None  # type: ignore[assignment]  # None: the defaults, the robot's overrides
+    """Weights of the reward terms: ``None``, the defaults of :class:`ReachRewardWeights` with the robot's
+    overrides (:attr:`~unilab_gym.robots.RobotDescription.reward_weights`); a dict overrides those; a
+    :class:`ReachRewardWeights` is used as it is."""
 
-    def _own_fields(self) -> dict[str, Any]:
+    def _own_fields(self, robot: RobotDescription) -> dict[str, Any]:
         return {
             "target_range": _box("target_range", self.target_range),
-            "reward_weights": _weights("reward_weights", ReachRewardWeights, self.reward_weights),
+            "reward_weights": weights.resolve(
+                ReachRewardWeights,
+                robot,
+                self.reward_weights,
+                lambda v: _weights("reward_weights", ReachRewardWeights, v),
+            ),
         }
 
 
@@ -332,10 +340,12 @@ class PandaPickConfig(PandaConfig):
     """(low, high) in rad of the object's initial rotation about the vertical."""
     goal_height_range: tuple[float, float] = (0.1, 0.25)
     """(low, high) in m of the goal's height above the ground; the goal is above the object's initial position."""
-    reward_weights: PickRewardWeights = field(default_factory=PickRewardWeights)
-    """Weights of the reward terms (a dict overrides the defaults of :class:`PickRewardWeights`)."""
+    reward_weights: PickRewardWeights = None  # type: ignore[assignment]  # None: the defaults, the robot's overrides
+    """Weights of the reward terms: ``None``, the defaults of :class:`PickRewardWeights` with the robot's
+    overrides (:attr:`~unilab_gym.robots.RobotDescription.reward_weights`); a dict overrides those; a
+    :class:`PickRewardWeights` is used as it is."""
 
-    def _own_fields(self) -> dict[str, Any]:
+    def _own_fields(self, robot: RobotDescription) -> dict[str, Any]:
         shapes = self.object_shapes
         if isinstance(shapes, str) or not isinstance(shapes, (Sequence, np.ndarray)) or not len(shapes):
             raise ValueError(f"object_shapes must be a non-empty list of {list(OBJECT_SHAPES)}, got {shapes!r}")
@@ -359,7 +369,12 @@ class PandaPickConfig(PandaConfig):
             "goal_height_range": _range("goal_height_range", self.goal_height_range, minimum=0.0),
             "ee_max_step": check_positive("ee_max_step", self.ee_max_step),
             "ee_workspace": _box("ee_workspace", self.ee_workspace),
-            "reward_weights": _weights("reward_weights", PickRewardWeights, self.reward_weights),
+            "reward_weights": weights.resolve(
+                PickRewardWeights,
+                robot,
+                self.reward_weights,
+                lambda v: _weights("reward_weights", PickRewardWeights, v),
+            ),
         }
 
 

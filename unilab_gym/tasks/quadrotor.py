@@ -26,6 +26,7 @@ from unilab_gym.sim.camera import Camera
 from unilab_gym.sim.rotation import quat_rotate_inverse
 from unilab_gym.sim.rotor import CF2X as CF2X_ROTORS
 from unilab_gym.sim.rotor import GRAVITY, RotorModel, rate_control
+from unilab_gym.tasks import weights
 from unilab_gym.tasks.base import Task
 from unilab_gym.validation import check_positive, check_positive_int, check_real
 
@@ -145,8 +146,10 @@ class QuadrotorConfig:
     """Low corner (x, y, z) in m of the box the target is drawn from, relative to the start."""
     target_high: tuple[float, float, float] = (0.5, 0.5, 0.3)
     """High corner (x, y, z) in m of that box."""
-    reward_weights: QuadrotorRewardWeights = field(default_factory=QuadrotorRewardWeights)
-    """Weights of the reward terms (a dict overrides the defaults)."""
+    reward_weights: QuadrotorRewardWeights = None  # type: ignore[assignment]  # None: defaults, robot's overrides
+    """Weights of the reward terms: ``None``, the defaults with the robot's overrides
+    (:attr:`~unilab_gym.robots.RobotDescription.reward_weights`); a dict overrides those; an instance is used as it
+    is."""
     termination: QuadrotorTermination = field(default_factory=QuadrotorTermination)
     """Crash conditions (a dict overrides the defaults)."""
     success_distance: float = 0.1
@@ -178,7 +181,12 @@ class QuadrotorConfig:
             "max_body_rate": check_positive("max_body_rate", self.max_body_rate),
             "target_low": low,
             "target_high": high,
-            "reward_weights": _overrides("reward_weights", QuadrotorRewardWeights, self.reward_weights),
+            "reward_weights": weights.resolve(
+                QuadrotorRewardWeights,
+                robot,
+                self.reward_weights,
+                lambda v: _overrides("reward_weights", QuadrotorRewardWeights, v),
+            ),
             "termination": _overrides("termination", QuadrotorTermination, self.termination),
             "success_distance": check_positive("success_distance", self.success_distance),
             "success_speed": check_positive("success_speed", self.success_speed),

@@ -25,6 +25,7 @@ from unilab_gym.randomization import DomainRandomization
 from unilab_gym.robots import RobotDescription, get_robot, robot_to_json
 from unilab_gym.sim import a1
 from unilab_gym.sim.rotation import quat_rotate_inverse, roll_pitch
+from unilab_gym.tasks import weights
 from unilab_gym.tasks.base import Task
 from unilab_gym.validation import check_positive, check_positive_int, check_real
 
@@ -405,8 +406,10 @@ class QuadrupedConfig:
     """(low, high) of the sideways velocity command in m/s."""
     yaw_rate_range: tuple[float, float] = (0.0, 0.0)
     """(low, high) of the yaw rate command in rad/s."""
-    reward_weights: RewardWeights = field(default_factory=RewardWeights)
-    """Weights of the reward terms (a dict overrides the defaults of :class:`RewardWeights`)."""
+    reward_weights: RewardWeights = None  # type: ignore[assignment]  # None: the defaults with the robot's overrides
+    """Weights of the reward terms: ``None`` (default), the defaults of :class:`RewardWeights` with the robot's
+    overrides (:attr:`~unilab_gym.robots.RobotDescription.reward_weights`; the A1 has none); a dict overrides those;
+    a :class:`RewardWeights` is used as it is."""
     base_height_target: float = None  # type: ignore[assignment]  # None: the robot's standing height
     """Base height in m the ``base_height`` reward term pulls toward, > 0; ``None``: the robot's ``standing_height``
     (A1: 0.27 m, its nominal standing height, 0.269 m measured by ``evaluate_gait``; legged_gym's A1
@@ -448,7 +451,9 @@ class QuadrupedConfig:
             "lin_vel_x_range": _range("lin_vel_x_range", self.lin_vel_x_range),
             "lin_vel_y_range": _range("lin_vel_y_range", self.lin_vel_y_range),
             "yaw_rate_range": _range("yaw_rate_range", self.yaw_rate_range),
-            "reward_weights": _overrides("reward_weights", RewardWeights, self.reward_weights),
+            "reward_weights": weights.resolve(
+                RewardWeights, robot, self.reward_weights, lambda v: _overrides("reward_weights", RewardWeights, v)
+            ),
             "base_height_target": (
                 robot.standing_height
                 if self.base_height_target is None
