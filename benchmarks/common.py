@@ -36,7 +36,7 @@ RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"
 #: The docs site serves only docs/: the committed figures it shows are copied into docs/assets.
 DOCS_ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "assets")
 #: Figures of the committed results shown on the docs site: path under RESULTS_DIR -> file name in DOCS_ASSETS.
-#: ``tests/test_docs.py`` checks that each copy equals its source and that a docs page shows it.
+#: ``tests/tools/test_docs.py`` checks that each copy equals its source and that a docs page shows it.
 DOCS_FIGURES = {
     "compare_sb3.png": "compare_sb3.png",
     "sac_async/sac_async.png": "sac_async.png",

@@ -1,7 +1,21 @@
-"""Fixtures shared by several test files."""
+"""Fixtures shared by several test files, and the helpers' folder on ``sys.path``.
+
+The tests mirror the package (docs/development.md, "Tests"): ``env/``, ``replay/``, ``runtime/``, ``sb3/``,
+``tianshou/`` and ``tools/``. What several test files share (model factories, env factories that spawned
+collectors import, child-process bodies) lives in ``helpers/``, one module per job; this file puts that folder
+on ``sys.path`` so that test modules import them by name (``from _runner_common import make_sac``) and spawned
+collectors, which inherit ``sys.path``, can unpickle what they name.
+"""
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch as th
+
+HELPERS = Path(__file__).resolve().parent / "helpers"
+if str(HELPERS) not in sys.path:
+    sys.path.insert(0, str(HELPERS))
 
 #: Test modules that check determinism: CI runs them again with numpy's SIMD dispatch limited (``-m determinism``).
 DETERMINISM_MODULES = {"test_determinism", "test_gait_rewards", "test_domain_randomization", "test_task_seam"}
