@@ -23,6 +23,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "SharedReplayBuffer": "unilab_gym.sb3.replay_buffer",
     "AsyncRunner": "unilab_gym.sb3.runner",
+    "CollectorConfig": "unilab_gym.sb3.config",
+    "ControlConfig": "unilab_gym.sb3.config",
+    "MetricsConfig": "unilab_gym.sb3.config",
     "CollectorError": "unilab_gym.runtime.errors",
 }
 

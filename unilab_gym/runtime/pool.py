@@ -152,6 +152,10 @@ class CollectorSetup:
     :ivar max_restarts: faults the pool survives over its life by replacing the collector.
     :ivar collector_timeout_s: a collector whose heartbeat does not move for this many seconds
         (from its spawn while it starts) is hung: a fault, as if it had died.
+    :ivar ingest_workers: learner-side workers that pull the collectors' answers and write them into
+        the replay or rollout storage (``AsyncRunner(ingest_workers=...)``, checked there: >= 1, and
+        > 1 only for the Ray pool, whose collectors ship their data; the process and inline pools'
+        collectors write it themselves and ignore this).
     """
 
     num_collectors: int
@@ -165,6 +169,7 @@ class CollectorSetup:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_restarts: int = 0
     collector_timeout_s: float = 60.0
+    ingest_workers: int = 1
 
     def env_seed(self, index: int, restarts: int) -> int:
         """Env seed of collector ``index`` after ``restarts`` replacements."""

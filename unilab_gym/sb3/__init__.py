@@ -5,7 +5,8 @@
 - :mod:`unilab_gym.sb3.replay_buffer`: :class:`SharedReplayBuffer` (an SB3 ``ReplayBuffer`` in shared memory);
 - :mod:`unilab_gym.sb3.policies`: asymmetric actor-critic policies over dict observations;
 - :mod:`unilab_gym.sb3.runner`: :class:`AsyncRunner` (stock SB3 learners fed by collectors),
-  with the learner loops in :mod:`unilab_gym.sb3.loops`;
+  with the learner loops in :mod:`unilab_gym.sb3.loops`, configured by :mod:`unilab_gym.sb3.config`
+  (:class:`CollectorConfig`, :class:`ControlConfig`, :class:`MetricsConfig`);
 - :mod:`unilab_gym.sb3.control`: live control (hyperparameters, snapshots, rollback, HTTP);
 - :mod:`unilab_gym.sb3.zoo`: rl-zoo3 hyperparameter YAMLs.
 
@@ -21,6 +22,9 @@ from typing import Any
 # name -> module that defines it
 _LAZY = {
     "AsyncRunner": "unilab_gym.sb3.runner",
+    "CollectorConfig": "unilab_gym.sb3.config",
+    "ControlConfig": "unilab_gym.sb3.config",
+    "MetricsConfig": "unilab_gym.sb3.config",
     "SharedReplayBuffer": "unilab_gym.sb3.replay_buffer",
     "SB3VecEnv": "unilab_gym.sb3.vec_env",
     "make_sb3_env": "unilab_gym.sb3.vec_env",

@@ -40,19 +40,20 @@ from unilab_gym.runtime.metrics import MetricsServer, RunnerMetrics, prometheus_
 from unilab_gym.runtime.pool import CollectorPool, CollectorSetup, check_env_count, check_env_source
 from unilab_gym.runtime.process_pool import ProcessCollectorPool
 from unilab_gym.sb3 import _sb3_private
+from unilab_gym.sb3.config import BACKENDS as BACKENDS  # re-exported (its home before the configs)
+from unilab_gym.sb3.config import DEFAULT, CollectorConfig, ControlConfig, Default, MetricsConfig, merge_settings
 from unilab_gym.sb3.control.runner_api import RunnerControl
 from unilab_gym.sb3.loops.base import DRIVEN
-from unilab_gym.validation import check_host, check_int, check_positive_int, check_real, check_seed
+from unilab_gym.validation import check_real, check_seed
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from gymnasium.vector import VectorEnv
+
     from unilab_gym.sb3.loops.base import LearnerLoop
     from unilab_gym.sb3.loops.off_policy import OffPolicyLoop
     from unilab_gym.sb3.loops.on_policy import OnPolicyLoop
-
-#: The collector pools ``AsyncRunner(backend=...)`` builds: spawned processes, Ray actors, or in the learner.
-BACKENDS = ("process", "ray", "inline")
 
 
 class AsyncRunner:
@@ -74,59 +75,58 @@ class AsyncRunner:
     Off-policy, the replay keeps raw data and SB3 normalizes it when it samples, as it does
     without the runner. See :mod:`unilab_gym.runtime.normalization`.
 
+    **Configuration.** The settings come in three groups, each a frozen dataclass of
+    :mod:`unilab_gym.sb3.config`: ``collectors=`` :class:`~unilab_gym.sb3.config.CollectorConfig` (the env, the
+    counts, the seed, the backend, fault handling, ingest), ``control=``
+    :class:`~unilab_gym.sb3.config.ControlConfig` (live control's server and snapshot directory) and
+    ``metrics=`` :class:`~unilab_gym.sb3.config.MetricsConfig` (the Prometheus endpoint). Every field is also
+    a keyword argument of the same name and default, as before the groups existed; a keyword left out
+    (:data:`~unilab_gym.sb3.config.DEFAULT`) takes the config's value. A setting passed both ways is refused
+    (``ValueError`` naming it). The resolved groups are :attr:`collector_config`, :attr:`control_config` and
+    :attr:`metrics_config`.
+
     Args:
         model: an SB3 ``SAC`` / ``TD3`` / ``DDPG`` / ``PPO`` / ``A2C``.
-        env_id: a registered gymnasium id; each collector makes ``gym.make_vec(env_id,
-            num_envs=envs_per_collector, **env_kwargs)`` (on-policy: with same-step autoreset).
-        env_fn: instead of ``env_id``: a picklable ``env_fn(num_envs) -> gymnasium.vector.VectorEnv``
-            (on-policy: with ``autoreset_mode="SameStep"``).
-        num_collectors: collector processes.
-        envs_per_collector: envs per collector (its EIC cluster size).
-        env_kwargs: keyword arguments for ``gym.make_vec``.
+        env_id: :attr:`CollectorConfig.env_id <unilab_gym.sb3.config.CollectorConfig.env_id>`: a registered
+            gymnasium id (exactly one of ``env_id`` / ``env_fn``, by keyword or config).
+        env_fn: :attr:`CollectorConfig.env_fn <unilab_gym.sb3.config.CollectorConfig.env_fn>`: a picklable
+            ``env_fn(num_envs) -> gymnasium.vector.VectorEnv`` instead of ``env_id``.
+        num_collectors: :attr:`CollectorConfig.num_collectors <unilab_gym.sb3.config.CollectorConfig.num_collectors>`
+            (default 2).
+        envs_per_collector: :attr:`CollectorConfig.envs_per_collector
+            <unilab_gym.sb3.config.CollectorConfig.envs_per_collector>` (default 32).
+        collectors: the collectors' settings (:class:`~unilab_gym.sb3.config.CollectorConfig`), or ``None``.
+        control: live control's settings (:class:`~unilab_gym.sb3.config.ControlConfig`), or ``None``.
+        metrics: the metrics endpoint's settings (:class:`~unilab_gym.sb3.config.MetricsConfig`), or ``None``.
         max_policy_lag: most weight versions a collector may act behind the learner. ``None``:
             the family's default, 4 off-policy (valid: >= 1), 0 on-policy (valid: 0 or 1).
         replay_ratio: off-policy only: gradient steps per transition; default from the model.
-        seed: collector ``c`` seeds its env with ``seed + c * envs_per_collector`` (env ``i`` of it
-            gets ``+ i``, so env ``j`` of all collectors gets ``seed + j``, as ``make_sb3_env``
-            seeds them) and torch / numpy with ``seed + c``; default ``model.seed``, else random.
-        start_method: multiprocessing start method for collectors (``"spawn"``, safe with torch).
-        max_collector_restarts: how many collector faults (an exception in a collector, or a
-            collector that died, e.g. SIGKILL) the runner survives over its life by starting a
-            new collector in its place (with a new env seed; a warning names the fault). The next
-            fault raises :class:`CollectorError`. Default 0: the first fault raises.
-        collector_timeout_s: a collector whose heartbeat (a progress counter and time it updates at
-            every iteration of its loop, idle ones included) does not move for this many seconds
-            is hung (stopped, deadlocked, stuck in its env's step): a fault like a death, killed,
-            then restarted within ``max_collector_restarts`` or raised as :class:`CollectorError`
-            (naming it, its pid and the seconds since its last progress). A collector still
-            starting gets at least ``START_TIMEOUT_S`` (60 s, :mod:`~unilab_gym.runtime.process_pool`).
-            Default 60: a healthy collector beats every few milliseconds.
-        metrics_port: serve the pipeline metrics (:data:`unilab_gym.runtime.metrics.METRICS`) to
-            Prometheus at ``http://<metrics_addr>:<port>/metrics`` (0: a free port, see
-            :attr:`metrics_url`). Default ``None``: no server. Needs ``prometheus-client``.
-            The same figures go to the SB3 logger under ``unilab/*`` whenever the runner logs.
-        metrics_addr: address the metrics server binds, loopback only by default.
-        control_port: serve the control API (:mod:`unilab_gym.sb3.control`: live hyperparameters, snapshots,
-            rollback, status; bearer token :attr:`control_token`) at :attr:`control_url` (0: a free port).
-            With ``metrics_port`` too, ``/metrics`` is served on this server instead (one port per
-            runner). Default ``None``: no server; the Python methods work anyway. Needs
-            ``pip install "unilab-gym[control]"``.
-        control_addr: address the control server binds, loopback only by default.
-        snapshot_dir: the run's directory (:meth:`snapshot` files, the token file); default a fresh
-            directory under ``runs/``, made when first needed.
-        snapshot_on_change: take a snapshot before every hyperparameter change.
-        backend: ``"process"`` (default): collectors are processes on this machine, sharing memory with
-            the learner. ``"ray"``: each collector is a Ray actor, on any node of a Ray cluster, shipping
-            its data through the object store (:mod:`unilab_gym.runtime.ray_pool`, ``docs/ray.md``).
-            ``"inline"``: no process; the learner steps the collectors itself, one at a time, between
-            its training calls (:mod:`unilab_gym.runtime.inline_pool`): deterministic, and a breakpoint
-            in the env works; for tests and debugging. ``max_collector_restarts`` must be 0 there, and
-            ``collector_timeout_s`` and ``start_method`` are not used; no main guard is needed.
-        ray_address: ``backend="ray"``: if Ray is not initialised, the runner calls
-            ``ray.init(address=ray_address)`` (``None``: a local instance, dashboard off; ``"auto"``:
-            this machine's cluster) and shuts it down on :meth:`close`; an initialised Ray is used and left running.
-        collector_resources: ``backend="ray"``: the Ray resource request of each collector actor, e.g.
-            ``{"collector": 1}`` for nodes that advertise a custom ``collector`` resource. Default: one CPU.
+        env_kwargs: :attr:`CollectorConfig.env_kwargs <unilab_gym.sb3.config.CollectorConfig.env_kwargs>`:
+            keyword arguments for ``gym.make_vec``.
+        seed: :attr:`CollectorConfig.seed <unilab_gym.sb3.config.CollectorConfig.seed>`: the collectors'
+            base seed; default ``model.seed``, else random (the seed used: :attr:`seed`).
+        start_method: :attr:`CollectorConfig.start_method <unilab_gym.sb3.config.CollectorConfig.start_method>`.
+        max_collector_restarts: :attr:`CollectorConfig.max_collector_restarts
+            <unilab_gym.sb3.config.CollectorConfig.max_collector_restarts>`: faults survived (default 0).
+        collector_timeout_s: :attr:`CollectorConfig.collector_timeout_s
+            <unilab_gym.sb3.config.CollectorConfig.collector_timeout_s>`: seconds without heartbeat before
+            a collector counts as hung (default 60).
+        backend: :attr:`CollectorConfig.backend <unilab_gym.sb3.config.CollectorConfig.backend>`:
+            ``"process"`` (default), ``"ray"`` or ``"inline"``.
+        ray_address: :attr:`CollectorConfig.ray_address <unilab_gym.sb3.config.CollectorConfig.ray_address>`.
+        collector_resources: :attr:`CollectorConfig.collector_resources
+            <unilab_gym.sb3.config.CollectorConfig.collector_resources>`.
+        ingest_workers: :attr:`CollectorConfig.ingest_workers
+            <unilab_gym.sb3.config.CollectorConfig.ingest_workers>` (default 1; > 1 with ``backend="ray"``).
+        metrics_port: :attr:`MetricsConfig.metrics_port <unilab_gym.sb3.config.MetricsConfig.metrics_port>`:
+            serve the pipeline metrics to Prometheus (see :attr:`metrics_url`); default ``None``: no server.
+        metrics_addr: :attr:`MetricsConfig.metrics_addr <unilab_gym.sb3.config.MetricsConfig.metrics_addr>`.
+        control_port: :attr:`ControlConfig.control_port <unilab_gym.sb3.config.ControlConfig.control_port>`:
+            serve the control API (:mod:`unilab_gym.sb3.control`) at :attr:`control_url`; default ``None``.
+        control_addr: :attr:`ControlConfig.control_addr <unilab_gym.sb3.config.ControlConfig.control_addr>`.
+        snapshot_dir: :attr:`ControlConfig.snapshot_dir <unilab_gym.sb3.config.ControlConfig.snapshot_dir>`.
+        snapshot_on_change: :attr:`ControlConfig.snapshot_on_change
+            <unilab_gym.sb3.config.ControlConfig.snapshot_on_change>`.
 
     Raises:
         ImportError: ``backend="ray"`` without Ray installed (the message names ``pip install "unilab-gym[ray]"``).
@@ -140,8 +140,11 @@ class AsyncRunner:
             ``env_kwargs``, ``metrics_port``, ``control_port``, ``snapshot_dir``,
             ``snapshot_on_change``, ``start_method`` (not one of
             ``multiprocessing.get_all_start_methods()``), ``metrics_addr`` or ``control_addr`` (an
-            invalid IP address or a host name that does not resolve), a model another open
-            ``AsyncRunner`` drives, or a ``VecNormalize`` over non-flat observations.
+            invalid IP address or a host name that does not resolve), ``ingest_workers`` (not an int
+            >= 1, or > 1 without ``backend="ray"``), a model another open ``AsyncRunner`` drives, a
+            ``VecNormalize`` over non-flat observations, a ``collectors`` / ``control`` / ``metrics``
+            that is not its config class, or a setting passed both as a keyword and in its config.
+            A bad value has the same message by keyword or in a config.
         gymnasium.error.Error: ``env_id`` is not registered (``NameNotFound`` with Gymnasium's
             "Did you mean" on the message's first line, after the ``env_id``; ``VersionNotFound``, ...).
         RuntimeError: ``backend="process"`` with ``"spawn"`` / ``"forkserver"``, and the runner is
@@ -160,27 +163,31 @@ class AsyncRunner:
     def __init__(
         self,
         model: Any,
-        env_id: str | None = None,
-        env_fn: Callable[[int], Any] | None = None,
-        num_collectors: int = 2,
-        envs_per_collector: int = 32,
+        env_id: str | Default | None = DEFAULT,
+        env_fn: Callable[[int], VectorEnv] | Default | None = DEFAULT,
+        num_collectors: int | Default = DEFAULT,
+        envs_per_collector: int | Default = DEFAULT,
         *,
-        env_kwargs: dict[str, Any] | None = None,
+        collectors: CollectorConfig | None = None,
+        control: ControlConfig | None = None,
+        metrics: MetricsConfig | None = None,
         max_policy_lag: int | None = None,
         replay_ratio: float | None = None,
-        seed: int | None = None,
-        start_method: str = "spawn",
-        max_collector_restarts: int = 0,
-        collector_timeout_s: float = 60.0,
-        metrics_port: int | None = None,
-        metrics_addr: str = "127.0.0.1",
-        control_port: int | None = None,
-        control_addr: str = "127.0.0.1",
-        snapshot_dir: str | None = None,
-        snapshot_on_change: bool = False,
-        backend: str = "process",
-        ray_address: str | None = None,
-        collector_resources: dict[str, float] | None = None,
+        env_kwargs: Mapping[str, Any] | Default | None = DEFAULT,
+        seed: int | Default | None = DEFAULT,
+        start_method: str | Default = DEFAULT,
+        max_collector_restarts: int | Default = DEFAULT,
+        collector_timeout_s: float | Default = DEFAULT,
+        backend: str | Default = DEFAULT,
+        ray_address: str | Default | None = DEFAULT,
+        collector_resources: dict[str, float] | Default | None = DEFAULT,
+        ingest_workers: int | Default = DEFAULT,
+        metrics_port: int | Default | None = DEFAULT,
+        metrics_addr: str | Default = DEFAULT,
+        control_port: int | Default | None = DEFAULT,
+        control_addr: str | Default = DEFAULT,
+        snapshot_dir: str | os.PathLike[str] | Default | None = DEFAULT,
+        snapshot_on_change: bool | Default = DEFAULT,
     ):
         """Check every argument, then build the loop, the collector pool and the servers (see the class docstring)."""
         from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
@@ -192,60 +199,89 @@ class AsyncRunner:
         self._closed = True  # until fully constructed
         _refuse_while_bootstrapping()
         # every argument is checked here, before anything is built or the model is claimed: a refused
-        # construction leaves no state (a later AsyncRunner on the same model is accepted)
-        if (env_id is None) == (env_fn is None):
+        # construction leaves no state (a later AsyncRunner on the same model is accepted). Each config checks
+        # its own fields when made; what needs the model or the other groups is checked below.
+        cc = merge_settings(
+            CollectorConfig,
+            "collectors",
+            collectors,
+            dict(
+                env_id=env_id,
+                env_fn=env_fn,
+                num_collectors=num_collectors,
+                envs_per_collector=envs_per_collector,
+                env_kwargs=env_kwargs,
+                seed=seed,
+                backend=backend,
+                start_method=start_method,
+                max_collector_restarts=max_collector_restarts,
+                collector_timeout_s=collector_timeout_s,
+                ray_address=ray_address,
+                collector_resources=collector_resources,
+                ingest_workers=ingest_workers,
+            ),
+        )
+        ctl = merge_settings(
+            ControlConfig,
+            "control",
+            control,
+            dict(
+                control_port=control_port,
+                control_addr=control_addr,
+                snapshot_dir=snapshot_dir,
+                snapshot_on_change=snapshot_on_change,
+            ),
+        )
+        mc = merge_settings(
+            MetricsConfig, "metrics", metrics, dict(metrics_port=metrics_port, metrics_addr=metrics_addr)
+        )
+        if (cc.env_id is None) == (cc.env_fn is None):
             raise ValueError("pass exactly one of env_id or env_fn")
-        num_collectors = check_positive_int("num_collectors", num_collectors)
-        envs_per_collector = check_positive_int("envs_per_collector", envs_per_collector)
-        max_collector_restarts = check_int("max_collector_restarts", max_collector_restarts, minimum=0)
-        collector_timeout_s = check_real(
-            "collector_timeout_s", collector_timeout_s, minimum=0.0, exclusive_minimum=True
-        )
-        metrics_port, metrics_addr, control_port, control_addr = _check_servers(
-            metrics_port, metrics_addr, control_port, control_addr
-        )
-        _check_run_options(snapshot_on_change, snapshot_dir, env_kwargs)
-        if seed is not None:
-            seed = check_seed("seed", seed)
-        _check_backend(backend, start_method, ray_address, collector_resources, max_collector_restarts)
+        if cc.backend == "ray":
+            from unilab_gym.runtime.ray_pool import check_resources, import_ray
+
+            import_ray()
+            check_resources(cc.collector_resources)
         if not isinstance(model, (OnPolicyAlgorithm, OffPolicyAlgorithm)):
             raise ValueError(f"AsyncRunner drives SB3 SAC, TD3, DDPG, PPO or A2C models, got {type(model).__name__}")
         off_policy = isinstance(model, OffPolicyAlgorithm)
-        check_env_count(model.n_envs, num_collectors, envs_per_collector, off_policy=off_policy)
+        check_env_count(model.n_envs, cc.num_collectors, cc.envs_per_collector, off_policy=off_policy)
         if off_policy and replay_ratio is not None:
             replay_ratio = check_real("replay_ratio", replay_ratio, minimum=0.0)
         # spawned processes unpickle env_fn; Ray pickles it by value (cloudpickle), fork inherits it
-        check_env_source(env_id, env_fn, pickled=backend == "process" and start_method != "fork")
-        if backend == "process":
-            _check_main_guard(start_method)
+        check_env_source(cc.env_id, cc.env_fn, pickled=cc.backend == "process" and cc.start_method != "fork")
+        if cc.backend == "process":
+            _check_main_guard(cc.start_method)
         loop = _make_loop(
             OffPolicyLoop if off_policy else OnPolicyLoop,
             model,
-            num_collectors,
-            envs_per_collector,
+            cc.num_collectors,
+            cc.envs_per_collector,
             max_policy_lag,
             replay_ratio,
         )
         self._loop = loop
         try:
-            collector_env_kwargs = loop.env_kwargs(dict(env_kwargs or {}))
+            collector_env_kwargs = loop.env_kwargs(dict(cc.env_kwargs or {}))
+            seed = cc.seed
             if seed is None:
                 seed = model.seed if model.seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
                 seed = check_seed("model.seed", seed)
             setup = CollectorSetup(
-                num_collectors=num_collectors,
-                envs_per_collector=envs_per_collector,
+                num_collectors=cc.num_collectors,
+                envs_per_collector=cc.envs_per_collector,
                 seed=seed,
                 policy=loop.policy,
                 weights_size=loop.weights_size,
-                writers=tuple(loop.writer(c) for c in range(num_collectors)),
-                env_id=env_id,
-                env_fn=env_fn,
+                writers=tuple(loop.writer(c) for c in range(cc.num_collectors)),
+                env_id=cc.env_id,
+                env_fn=cc.env_fn,
                 env_kwargs=collector_env_kwargs,
-                max_restarts=max_collector_restarts,
-                collector_timeout_s=collector_timeout_s,
+                max_restarts=cc.max_collector_restarts,
+                collector_timeout_s=cc.collector_timeout_s,
+                ingest_workers=cc.ingest_workers,
             )
-            self._pool: CollectorPool = _make_pool(backend, setup, start_method, ray_address, collector_resources)
+            self._pool: CollectorPool = _make_pool(cc, setup)
         except BaseException:
             loop.close()
             raise
@@ -253,10 +289,11 @@ class AsyncRunner:
         try:
             #: the pipeline metrics (:class:`~unilab_gym.runtime.metrics.RunnerMetrics`).
             self.metrics = RunnerMetrics(self._pool, loop.replay_info())
-            if metrics_port is not None and control_port is None:
-                self._metrics_server = MetricsServer(self.metrics, metrics_port, metrics_addr)
+            if mc.metrics_port is not None and ctl.control_port is None:
+                self._metrics_server = MetricsServer(self.metrics, mc.metrics_port, mc.metrics_addr)
             self.model = model
-            metrics_app = None if metrics_port is None or control_port is None else prometheus_app(self.metrics)
+            served_with_control = mc.metrics_port is not None and ctl.control_port is not None
+            metrics_app = prometheus_app(self.metrics) if served_with_control else None
             #: the live control (:class:`~unilab_gym.sb3.control.runner_api.RunnerControl`): hyperparameters,
             #: snapshots, rollback, the control server; the control methods below forward to it.
             self.control = RunnerControl(
@@ -264,10 +301,10 @@ class AsyncRunner:
                 loop,
                 self._pool,
                 self.metrics,
-                control_port=control_port,
-                control_addr=control_addr,
-                snapshot_dir=snapshot_dir,
-                snapshot_on_change=snapshot_on_change,
+                control_port=ctl.control_port,
+                control_addr=ctl.control_addr,
+                snapshot_dir=ctl.snapshot_dir,
+                snapshot_on_change=ctl.snapshot_on_change,
                 metrics_app=metrics_app,
             )
         except BaseException:
@@ -276,11 +313,19 @@ class AsyncRunner:
             self._pool.close()
             loop.close()
             raise
-        self.num_collectors = num_collectors
-        self.envs_per_collector = envs_per_collector
+        #: the collectors' settings as resolved from ``collectors=`` and the keywords
+        #: (:class:`~unilab_gym.sb3.config.CollectorConfig`; ``seed`` as passed, the seed used is :attr:`seed`).
+        self.collector_config = cc
+        #: live control's settings (:class:`~unilab_gym.sb3.config.ControlConfig`).
+        self.control_config = ctl
+        #: the metrics endpoint's settings (:class:`~unilab_gym.sb3.config.MetricsConfig`).
+        self.metrics_config = mc
+        self.num_collectors = cc.num_collectors
+        self.envs_per_collector = cc.envs_per_collector
+        #: the collectors' base seed (``collectors.seed``, else ``model.seed``, else the random one drawn).
         self.seed = setup.seed
-        self.max_collector_restarts = max_collector_restarts
-        self.collector_timeout_s = collector_timeout_s
+        self.max_collector_restarts = cc.max_collector_restarts
+        self.collector_timeout_s = cc.collector_timeout_s
         self._closed = False
         loop.publish(self._pool, self.metrics)
 
@@ -496,64 +541,6 @@ def _statistics_frozen(vec_normalize: Any) -> Iterator[None]:
 _GUARD = 'if __name__ == "__main__":'
 
 
-def _check_servers(
-    metrics_port: int | None, metrics_addr: str, control_port: int | None, control_addr: str
-) -> tuple[int | None, str, int | None, str]:
-    """The checked ``(metrics_port, metrics_addr, control_port, control_addr)`` (``ValueError`` naming a bad one)."""
-    if metrics_port is not None:
-        metrics_port = check_int("metrics_port", metrics_port, minimum=0, maximum=65535)
-    if control_port is not None:
-        control_port = check_int("control_port", control_port, minimum=0, maximum=65535)
-    metrics_addr = check_host("metrics_addr", metrics_addr)
-    control_addr = check_host("control_addr", control_addr)
-    return metrics_port, metrics_addr, control_port, control_addr
-
-
-def _check_run_options(snapshot_on_change: Any, snapshot_dir: Any, env_kwargs: Any) -> None:
-    """Raise ``ValueError`` naming ``snapshot_on_change`` (not a bool), ``snapshot_dir`` or ``env_kwargs``."""
-    if not isinstance(snapshot_on_change, bool):
-        raise ValueError(f"snapshot_on_change must be a bool, got {snapshot_on_change!r}")
-    if snapshot_dir is not None and not isinstance(snapshot_dir, (str, os.PathLike)):
-        raise ValueError(f"snapshot_dir must be a path (str or os.PathLike) or None, got {snapshot_dir!r}")
-    if env_kwargs is not None and not isinstance(env_kwargs, Mapping):
-        raise ValueError(f"env_kwargs must be a dict of keyword arguments for gym.make_vec, got {env_kwargs!r}")
-
-
-def _check_backend(
-    backend: str,
-    start_method: str,
-    ray_address: Any,
-    collector_resources: dict[str, float] | None,
-    max_collector_restarts: int,
-) -> None:
-    """Check the backend and its options; with ``backend="ray"``, import Ray and check the resources.
-
-    Raises:
-        ValueError: an unknown ``backend`` or ``start_method``, Ray options without ``backend="ray"``, a
-            ``ray_address`` that is not a str, restarts with ``backend="inline"``, or bad ``collector_resources``.
-        ImportError: ``backend="ray"`` without Ray installed.
-    """
-    if backend not in BACKENDS:
-        raise ValueError(f'backend must be "process", "ray" or "inline", got {backend!r}')
-    methods = mp.get_all_start_methods()
-    if start_method not in methods:
-        raise ValueError(f"start_method must be one of {methods} (multiprocessing start methods), got {start_method!r}")
-    if backend != "ray" and (ray_address is not None or collector_resources is not None):
-        raise ValueError('ray_address and collector_resources need backend="ray"')
-    if ray_address is not None and not isinstance(ray_address, str):
-        raise ValueError(f"ray_address must be a str such as 'auto' or 'host:6379', or None, got {ray_address!r}")
-    if backend == "inline" and max_collector_restarts:
-        raise ValueError(
-            f'backend="inline" does not restart collectors: max_collector_restarts must be 0, got '
-            f'{max_collector_restarts} (a fault raises CollectorError at once; backend="process" restarts)'
-        )
-    if backend == "ray":
-        from unilab_gym.runtime.ray_pool import check_resources, import_ray
-
-        import_ray()
-        check_resources(collector_resources)
-
-
 def _make_loop(
     loop_type: type[OffPolicyLoop] | type[OnPolicyLoop],
     model: Any,
@@ -572,21 +559,15 @@ def _make_loop(
         raise
 
 
-def _make_pool(
-    backend: str,
-    setup: CollectorSetup,
-    start_method: str,
-    ray_address: str | None,
-    collector_resources: dict[str, float] | None,
-) -> CollectorPool:
-    """The collector pool of ``backend`` (not started)."""
-    if backend == "ray":
+def _make_pool(config: CollectorConfig, setup: CollectorSetup) -> CollectorPool:
+    """The collector pool of ``config.backend`` (not started)."""
+    if config.backend == "ray":
         from unilab_gym.runtime.ray_pool import RayCollectorPool
 
-        return RayCollectorPool(setup, ray_address, collector_resources)
-    if backend == "inline":
+        return RayCollectorPool(setup, config.ray_address, config.collector_resources)
+    if config.backend == "inline":
         return InlineCollectorPool(setup)
-    return ProcessCollectorPool(setup, start_method)
+    return ProcessCollectorPool(setup, config.start_method)
 
 
 def _refuse_while_bootstrapping() -> None:

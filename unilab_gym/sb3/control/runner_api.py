@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +54,7 @@ class RunnerControl:
         *,
         control_port: int | None,
         control_addr: str,
-        snapshot_dir: str | Path | None,
+        snapshot_dir: str | os.PathLike[str] | None,
         snapshot_on_change: bool,
         metrics_app: Any = None,
     ) -> None:
