@@ -344,6 +344,16 @@ class PandaPickConfig(PandaConfig):
     """Weights of the reward terms: ``None``, the defaults of :class:`PickRewardWeights` with the robot's
     overrides (:attr:`~unilab_gym.robots.RobotDescription.reward_weights`); a dict overrides those; a
     :class:`PickRewardWeights` is used as it is."""
+    grasped_start_fraction: float = 0.0
+    """Fraction in [0, 1] of episodes that start with the object already between the fingers (a training-time reset
+    distribution; 0, the default, draws nothing extra, so every episode starts with the arm in its nominal pose).
+    Such an episode puts the object (yaw 0, so that its faces meet the fingers' pads) at its drawn place on the
+    ground and the arm over it by inverse kinematics, the grasp point at the object's centre and each finger
+    touching it (:meth:`PandaPickTask.sample_episode`); the policy must still close the gripper and lift. Reset
+    from states near the goal, so that the hard stage is seen early: "Overcoming Exploration in Reinforcement
+    Learning with Demonstrations" (Nair et al. 2018, resets to demonstration states) and "Reverse Curriculum
+    Generation for Reinforcement Learning" (Florensa et al. 2017). ``benchmarks/learning_check.py`` trains Pick with
+    0.5 and evaluates on the default (``docs/tasks/panda.md``)."""
 
     def _own_fields(self, robot: RobotDescription) -> dict[str, Any]:
         shapes = self.object_shapes
@@ -374,6 +384,9 @@ class PandaPickConfig(PandaConfig):
                 robot,
                 self.reward_weights,
                 lambda v: _weights("reward_weights", PickRewardWeights, v),
+            ),
+            "grasped_start_fraction": check_real(
+                "grasped_start_fraction", self.grasped_start_fraction, minimum=0.0, maximum=1.0
             ),
         }
 
@@ -607,9 +620,34 @@ class PandaPickTask(_PandaTask):
         self.episode_parameters[env] = (code, size, mass, friction)
         self._rest_z[env] = 0.5 * size - base_z
         pose = self._initial_pose(env, rng)
+        if c.grasped_start_fraction > 0.0 and rng.uniform() < c.grasped_start_fraction:
+            pose = self._grasped_pose(env, pose, size)
         self._q[env] = pose[:ARM_JOINTS]
         self._point[env] = forward_kinematics(pose[None, :ARM_JOINTS])[0][0] - BASE_COM_OFFSET
         return pose
+
+    #: Damped least squares steps from the drawn pose to the grasp pose of a ``grasped_start_fraction`` episode.
+    GRASPED_START_IK_STEPS = 40
+
+    def _grasped_pose(self, env: int, pose: np.ndarray, size: float) -> np.ndarray:
+        """``pose`` moved so that env ``env``'s object starts between the fingers (``grasped_start_fraction``).
+
+        The object turns to yaw 0 (its faces square to the fingers, which close along the base's y axis); the arm's
+        joints come from :attr:`GRASPED_START_IK_STEPS` damped least squares steps from ``pose`` to the grasp point
+        at the object's centre with the hand down (clipped to the joint limits); each finger opens by half the object's
+        size (its width across the fingers at yaw 0; at most fully open).
+        """
+        o = self.objects
+        assert o is not None
+        o.yaw[env] = 0.0
+        q = pose[None, :ARM_JOINTS].copy()
+        aim = o.position[env][None, :] + BASE_COM_OFFSET
+        for _ in range(self.GRASPED_START_IK_STEPS):
+            q = np.clip(ik_step(q, aim, self.HAND_DOWN), _ARM_LOW, _ARM_HIGH)
+        out = pose.copy()
+        out[:ARM_JOINTS] = q[0]
+        out[ARM_JOINTS:] = min(0.5 * size, PANDA_FINGER_OPEN)
+        return out
 
     def observe(self, state: RobotState, last_action: np.ndarray, out: np.ndarray) -> None:
         """Write :data:`PICK_OBS_LAYOUT`."""
