@@ -165,10 +165,9 @@ CORE = (
     "unilab_gym.robots",
     "unilab_gym.adapters",
 )
-#: modules outside the wings that still import SB3 directly, each for a reason (see the issue 28 report):
-#: the tools load and run saved SB3 models (algorithm classes, VecNormalize, SB3's zip reader) and the
-#: exporter reads SB3 policy classes; they are the next to move behind unilab_gym.sb3.
-SB3_OUTSIDE_THE_WING = {"unilab_gym.cli.play", "unilab_gym.cli.robustness", "unilab_gym.export.policy"}
+#: modules outside the wings that still import SB3 directly: none. The tools and the exporter load saved models,
+#: their VecNormalize statistics and their actors through unilab_gym.sb3.models (issue 28).
+SB3_OUTSIDE_THE_WING: set[str] = set()
 
 
 def _in(module: str, package: str) -> bool:

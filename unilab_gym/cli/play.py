@@ -28,20 +28,20 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
-from stable_baselines3 import A2C, PPO, SAC, TD3
-from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.save_util import load_from_zip_file
-from stable_baselines3.common.vec_env import VecNormalize
 from tqdm.auto import tqdm
 
 from unilab_gym.cli import HelpFormatter
 from unilab_gym.cli._video import write_video
 from unilab_gym.sb3.algorithms import ALGORITHMS
+from unilab_gym.sb3.models import algorithm_of, load_model, load_vec_normalize, original_rewards
 from unilab_gym.sb3.vec_env import make_sb3_env
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
 
 #: the algorithms ``--algo`` accepts (the one table, :data:`unilab_gym.sb3.algorithms.ALGORITHMS`).
 ALGOS = ALGORITHMS
@@ -50,16 +50,12 @@ ALGOS = ALGORITHMS
 def algo_of(path: Path) -> type[BaseAlgorithm]:
     """The SB3 algorithm class that saved ``path``, from the hyperparameters it stored.
 
+    See :func:`unilab_gym.sb3.models.algorithm_of`, which reads it.
+
     Raises:
         ValueError: the file holds none of the hyperparameters that tell SAC, PPO, TD3 and A2C apart.
     """
-    data, _, _ = load_from_zip_file(path, load_data=True, device="cpu")
-    if data is None:
-        raise ValueError(f"{path} holds no SB3 model data")
-    for key, cls in (("target_entropy", SAC), ("clip_range", PPO), ("policy_delay", TD3), ("normalize_advantage", A2C)):
-        if key in data:
-            return cls
-    raise ValueError(f"{path} was not saved by one of {sorted(ALGOS)}")
+    return algorithm_of(path)
 
 
 def sibling_vecnormalize(model: Path) -> Path:
@@ -221,12 +217,10 @@ def main(argv: list[str] | None = None) -> Path:
     model: BaseAlgorithm | None = None
     try:
         if args.model is not None:
-            algo = ALGOS[args.algo] if args.algo else algo_of(args.model)
-            model = algo.load(args.model, device="cpu")
+            model = load_model(args.model, args.algo)
             check_spaces(model, env, args.env_id)
         if stats is not None:
-            env = VecNormalize.load(str(stats), env)
-            env.training, env.norm_reward = False, False
+            env = load_vec_normalize(stats, env)
         steps = args.steps or venv.max_episode_steps
         record(env, venv, model, out, steps, args)
     finally:
@@ -254,7 +248,7 @@ def record(env: Any, venv: Any, model: BaseAlgorithm | None, out: Path, steps: i
             else:
                 action, _ = model.predict(obs, deterministic=not args.stochastic)
             obs, reward, done, _ = env.step(action)
-            total += float(env.get_original_reward()[0]) if isinstance(env, VecNormalize) else float(reward[0])
+            total += float(original_rewards(env, reward)[0])
             episodes += int(done[0])
             if (step + 1) % args.every == 0:
                 frames.append(frame())

@@ -592,10 +592,8 @@ def parse_train_ranges(text: str, axes: Sequence[Axis]) -> dict[str, tuple[float
 
 
 # ---------------------------------------------------------------------------------------- policy
-def _algorithms() -> dict[str, Any]:
-    from stable_baselines3 import PPO, SAC, TD3
-
-    return {"ppo": PPO, "sac": SAC, "td3": TD3}
+#: the algorithms this tool evaluates (names of :data:`unilab_gym.sb3.algorithms.ALGORITHMS`)
+POLICY_ALGORITHMS = ("ppo", "sac", "td3")
 
 
 def load_policy(model: str | Path, algo: str, vecnormalize: str | Path | None = None) -> Policy:
@@ -615,13 +613,14 @@ def load_policy(model: str | Path, algo: str, vecnormalize: str | Path | None = 
     """
     import pickle
 
-    algorithms = _algorithms()
-    if algo not in algorithms:
-        raise ValueError(f"algo must be one of {sorted(algorithms)}, got {algo!r}")
+    if algo not in POLICY_ALGORITHMS:
+        raise ValueError(f"algo must be one of {sorted(POLICY_ALGORITHMS)}, got {algo!r}")
     for path in (model, vecnormalize):
         if path is not None and not Path(path).exists():
             raise FileNotFoundError(f"no such file: {path}")
-    sb3_model = algorithms[algo].load(str(model), device="cpu")
+    from unilab_gym.sb3.models import load_model  # the SB3 wing loads the model (SB3 and torch import here)
+
+    sb3_model = load_model(str(model), algo)
     normalizer = None
     if vecnormalize is not None:
         with open(vecnormalize, "rb") as f:
@@ -718,7 +717,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model", type=Path, help="SB3 model .zip (also with --replay: a results file never loads one on its own)"
     )
-    parser.add_argument("--algo", choices=["ppo", "sac", "td3"], help="algorithm that saved --model (default: read)")
+    parser.add_argument("--algo", choices=list(POLICY_ALGORITHMS), help="algorithm that saved --model (default: read)")
     parser.add_argument(
         "--vecnormalize",
         type=Path,
@@ -786,7 +785,7 @@ def _checked_policy_files(args: argparse.Namespace, parser: argparse.ArgumentPar
         saved = algo_of(args.model).__name__.lower()
     except (ValueError, OSError) as exc:  # not an SB3 zip
         parser.error(f"cannot read {args.model}: {exc}")
-    if saved not in ("ppo", "sac", "td3"):
+    if saved not in POLICY_ALGORITHMS:
         parser.error(f"{args.model} was saved by {saved.upper()}; this tool evaluates PPO, SAC and TD3 policies")
     if args.algo is not None and saved != args.algo:
         parser.error(f"--algo {args.algo}, but {args.model} was saved by {saved.upper()}: pass --algo {saved}")

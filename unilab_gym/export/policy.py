@@ -255,56 +255,18 @@ def policy_net(model: Any, vecnormalize: Any = None) -> PolicyNet:
 
     Raises:
         ValueError: an unsupported model or policy (another algorithm, a custom features extractor,
-            a non-Gaussian action distribution, other observation/action shapes), or a bad ``vecnormalize``.
+            a non-Gaussian action distribution, other observation/action shapes:
+            :func:`unilab_gym.sb3.models.deterministic_actor`), or a bad ``vecnormalize``.
     """
-    from gymnasium import spaces
-    from stable_baselines3.common.base_class import BaseAlgorithm
-    from stable_baselines3.common.distributions import DiagGaussianDistribution, StateDependentNoiseDistribution
-    from stable_baselines3.common.policies import ActorCriticPolicy
-    from stable_baselines3.common.torch_layers import FlattenExtractor
-    from stable_baselines3.sac.policies import SACPolicy
-    from stable_baselines3.td3.policies import TD3Policy
+    from unilab_gym.sb3.models import deterministic_actor  # the SB3 wing reads the model; torch from here on
 
-    policy = getattr(model, "policy", None)
-    if not isinstance(model, BaseAlgorithm):
-        raise ValueError(f"model must be a SAC, TD3, DDPG, PPO or A2C model (SB3); got {type(model).__name__}")
-    obs_space, act_space = getattr(policy, "observation_space", None), getattr(policy, "action_space", None)
-    actor_key = getattr(policy, "actor_key", None)  # an asymmetric policy: the actor reads obs[actor_key] alone
-    if isinstance(obs_space, spaces.Dict) and actor_key in obs_space.spaces:
-        obs_space = obs_space.spaces[actor_key]
-    else:
-        actor_key = None
-    if not (isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 1):
-        raise ValueError(
-            f"model must be an SB3 model with flat (O,) Box observations; got {type(model).__name__} "
-            f"observing {obs_space}"
-        )
-    if not (isinstance(act_space, spaces.Box) and len(act_space.shape) == 1):
-        raise ValueError(f"model must have flat (A,) Box actions; got {act_space}")
-    if isinstance(policy, SACPolicy):
-        extractor, layers = policy.actor.features_extractor, [policy.actor.latent_pi, policy.actor.mu, nn.Tanh()]
-    elif isinstance(policy, TD3Policy):  # TD3 and DDPG: mu ends in Tanh
-        extractor, layers = policy.actor.features_extractor, [policy.actor.mu]
-    elif isinstance(policy, ActorCriticPolicy):  # PPO, A2C: the Gaussian's mode is its mean
-        if not isinstance(policy.action_dist, (DiagGaussianDistribution, StateDependentNoiseDistribution)):
-            raise ValueError(f"unsupported action distribution {type(policy.action_dist).__name__}")
-        extractor = policy.pi_features_extractor
-        layers = [policy.mlp_extractor.policy_net, policy.action_net, *([nn.Tanh()] if policy.squash_output else [])]
-    else:
-        raise ValueError(f"model must be SAC, TD3, DDPG, PPO or A2C; got {type(model).__name__}")
-    if not isinstance(extractor, FlattenExtractor) and not (
-        actor_key is not None and getattr(extractor, "key", None) == actor_key
-    ):
-        raise ValueError(
-            "only MlpPolicy (FlattenExtractor) and the asymmetric policies (KeyExtractor) are supported; "
-            f"got {type(extractor).__name__}"
-        )
-    norm = normalization(load_vecnormalize(vecnormalize), actor_key, obs_space.shape[0])
+    actor = deterministic_actor(model)
+    norm = normalization(load_vecnormalize(vecnormalize), actor.actor_key, actor.obs_dim)
     net = PolicyNet(
-        nn.Sequential(*_flat(copy.deepcopy(nn.Sequential(*layers)).cpu().float())),
-        action_low=act_space.low,
-        action_high=act_space.high,
-        squash_output=policy.squash_output,
+        nn.Sequential(*_flat(copy.deepcopy(nn.Sequential(*actor.layers)).cpu().float())),
+        action_low=actor.action_low,
+        action_high=actor.action_high,
+        squash_output=actor.squash_output,
         **norm,
     )
     return net.eval()
