@@ -609,8 +609,10 @@ TASK_ALGOS = ("ppo", "sac")
 #: quadrotor settings are those their tasks were first trained with (2026-12-02, ``docs/tasks/*.md``): Reach
 #: reached 56 % success in 480 s with them, the quadrotor 100 % in 26 s of training. A task not listed gets
 #: :data:`DEFAULT_TASK_SETTINGS`. Optional ``eval_env_kwargs``: env keyword arguments of the evaluations only
-#: (rough terrain: 250-step episodes, so a walker stays on its 8 m tile). ``--smoke`` keeps the PPO settings but
-#: uses its own ``num_envs`` and episodes.
+#: (rough terrain: 250-step episodes, so a walker stays on its 8 m tile). Optional ``train_env_kwargs``: env keyword
+#: arguments of the training env only (PandaPick: half the episodes start with the object between the fingers,
+#: ``grasped_start_fraction`` 0.5, a reset curriculum; its evaluations start every episode from the task's default
+#: reset). ``--smoke`` keeps the PPO settings but uses its own ``num_envs`` and episodes.
 DEFAULT_TASK_SETTINGS: dict[str, Any] = {"num_envs": 64, "eval_episodes": 16, "normalize": True, "ppo": None}
 _ARM_PPO: dict[str, Any] = {
     "n_steps": 64,
@@ -636,6 +638,7 @@ TASK_SETTINGS: dict[str, dict[str, Any]] = {
         "eval_episodes": 64,
         "normalize": True,
         "ppo": {**_ARM_PPO, "n_epochs": 10, "gamma": 0.98, "policy_kwargs": {"net_arch": [256, 256]}},
+        "train_env_kwargs": {"grasped_start_fraction": 0.5},
     },
     "UniLab/Quadrotor-v0": {
         "num_envs": 32,
@@ -721,7 +724,9 @@ def evaluate_task(
     Returns:
         ``returns`` (one undiscounted return per episode), ``return_mean``, and ``success_rate``: the fraction of
         episodes whose last step's ``info["is_success"]`` is true (Gymnasium-Robotics' convention), ``None``
-        where the env's info has no ``is_success``.
+        where the env's info has no ``is_success``; ``episode_length_mean`` (control steps) and
+        ``termination_rate``: the fraction of episodes that ended ``terminated`` (a quadruped's fall, a lost object,
+        a crash) rather than truncated.
     """
     import gymnasium as gym
 
@@ -733,6 +738,8 @@ def evaluate_task(
         returns = np.zeros(n_episodes)
         done = np.zeros(n_episodes, dtype=bool)
         success = np.zeros(n_episodes, dtype=bool)
+        lengths = np.zeros(n_episodes, dtype=np.int64)
+        fell = np.zeros(n_episodes, dtype=bool)
         has_success = False
         terms: dict[str, np.ndarray] = {}
         tracking = _tracking_scale(env.unwrapped)
@@ -742,6 +749,8 @@ def evaluate_task(
             action, _ = policy.predict(x, deterministic=True)
             obs, reward, terminated, truncated, info = env.step(np.asarray(action, dtype=np.float32))
             returns[~done] += reward[~done]
+            lengths[~done] += 1
+            fell |= terminated & ~done
             for name, value in info.get("reward_terms", {}).items():
                 if not name.startswith("_"):
                     terms.setdefault(name, np.zeros(n_episodes))[~done] += np.asarray(value)[~done]
@@ -760,6 +769,8 @@ def evaluate_task(
         "returns": returns.tolist(),
         "return_mean": float(returns.mean()),
         "success_rate": float(success.mean()) if has_success else None,
+        "episode_length_mean": float(lengths.mean()),
+        "termination_rate": float(fell.mean()),
         "reward_terms_mean": {name: float(v.mean()) for name, v in terms.items()},
         "lin_vel_tracking_error_mps": None if squared is None else float(np.sqrt(squared).mean()),
     }
@@ -820,13 +831,14 @@ def task_run(
 
     torch.set_num_threads(1)
     kwargs = {**env_kwargs, **({} if max_episode_steps is None else {"max_episode_steps": max_episode_steps})}
+    training = {**task_settings(task).get("train_env_kwargs", {}), **kwargs}
     model, learn, close = build(
         CONFIGS[f"{algo}-stock"],
         seed,
         num_envs,
         learning_starts,
         buffer_size,
-        kwargs,
+        training,
         env_id=task,
         ppo=task_ppo_kwargs(task, num_envs),
         normalize=bool(task_settings(task)["normalize"]),
@@ -886,6 +898,7 @@ def task_run(
         "random": random,
         "zero_action": zero,
         "trained": final,
+        "training_env_kwargs": training,
         "evaluation_env_kwargs": evaluation,
         "saved": saved,
     }
@@ -908,8 +921,9 @@ def task_markdown(payload: dict[str, Any]) -> str:
     """The tasks table of ``docs/benchmarks.md`` from a ``tasks.json`` payload (every entry).
 
     Columns beyond the issue's keys appear where an entry has them (:func:`learn_task`'s extras): the budget and
-    envs, the success rate of random actions next to the trained one, and the quadrupeds' linear-velocity tracking
-    error (m/s, random -> trained). A missing figure is ``—``.
+    envs, the success rate of random actions next to the trained one, the quadrupeds' linear-velocity tracking
+    error (m/s, random -> trained) and the fraction of evaluated episodes that ended ``terminated`` (random ->
+    trained: a quadruped's falls). A missing figure is ``—``.
     """
 
     def number(e: dict[str, Any], key: str, fmt: str) -> str:
@@ -917,8 +931,9 @@ def task_markdown(payload: dict[str, Any]) -> str:
 
     lines = [
         "| task | robot | algo | envs | budget s | env steps | wall clock s | return, random | return, zero action | "
-        "return, trained | success rate, random → trained | lin. vel. tracking error m/s, random → trained |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "return, trained | success rate, random → trained | lin. vel. tracking error m/s, random → trained | "
+        "terminated episodes, random → trained |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in payload["tasks"]:
         success = "—" if e.get("success_rate") is None else f"{e['success_rate']:.2f}"
@@ -928,11 +943,14 @@ def task_markdown(payload: dict[str, Any]) -> str:
         if e.get("lin_vel_tracking_error_mps_trained") is not None:
             tracking = f"{number(e, 'lin_vel_tracking_error_mps_random', '.2f')} → "
             tracking += f"{e['lin_vel_tracking_error_mps_trained']:.2f}"
+        ended = "—"
+        if e.get("termination_rate_trained") is not None:
+            ended = f"{number(e, 'termination_rate_random', '.0%')} → {e['termination_rate_trained']:.0%}"
         lines.append(
             f"| {e['task']} | {e['robot']} | {e['algo']} | {number(e, 'num_envs', 'd')} | "
             f"{number(e, 'budget_s', '.0f')} | {e['env_steps']:,.0f} | {e['wall_clock_s']:.0f} | "
             f"{e['return_random']:.2f} | {number(e, 'return_zero_action', '.2f')} | {e['return_trained']:.2f} | "
-            f"{success} | {tracking} |"
+            f"{success} | {tracking} | {ended} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -954,7 +972,8 @@ def learn_task(
     (:func:`task_entry`) and, beyond them, what it was run with: ``seed`` (seeds), ``budget_s``, ``num_envs``,
     ``eval_episodes``, ``vecnormalize``, ``hyperparameters``, ``env_steps_per_s``, ``load_average`` (start and end
     of the run) and ``busy_cores`` (other processes' cores at the start), ``success_rate_random`` where the task
-    defines success, and for tasks with a ``tracking_lin_vel`` term (the quadrupeds)
+    defines success, ``termination_rate_random`` / ``_zero_action`` / ``_trained`` and ``episode_length_*`` (mean
+    control steps) of the three evaluations, and for tasks with a ``tracking_lin_vel`` term (the quadrupeds)
     ``lin_vel_tracking_error_mps_random`` / ``_trained`` (:func:`evaluate_task`; medians over seeds).
 
     Args:
@@ -1040,6 +1059,9 @@ def learn_task(
         entry["success_rate_random"] = statistics.median(r["success_rate_random"] for r in results)
     if "success_rate" in entry:
         entry["success_rate_zero_action"] = statistics.median(r["zero_action"]["success_rate"] for r in results)
+    for which in ("random", "zero_action", "trained"):
+        entry[f"termination_rate_{which}"] = statistics.median(r[which]["termination_rate"] for r in results)
+        entry[f"episode_length_{which}"] = statistics.median(r[which]["episode_length_mean"] for r in results)
     for which in ("random", "zero_action", "trained"):
         errors = [r[which]["lin_vel_tracking_error_mps"] for r in results]
         if all(e is not None for e in errors):
