@@ -205,7 +205,9 @@ class IngestStats:
     it with :meth:`lap` (the CPU time since the previous mark goes to that phase) and the span with
     :meth:`end`; it counts each ingested answer with :meth:`answer`. Every CPU second between ``begin`` and
     ``end`` goes to exactly one of :data:`INGEST_PHASES`, so ``sum(cpu_seconds.values())`` equals
-    :attr:`total_cpu_seconds` (up to float rounding). Readers on other threads (Prometheus scrapes) read
+    :attr:`total_cpu_seconds` (up to float rounding). Spans may run on several threads at once (the
+    pool's ingest workers, ``ingest_workers > 1``): each thread has its own open span and its own CPU
+    clock, and the sums are added under a lock. Readers on other threads (Prometheus scrapes) read
     plain floats and :meth:`cumulative` / :meth:`quantile`, which copy what they read.
 
     Args:
@@ -218,6 +220,8 @@ class IngestStats:
     :ivar answers: answers ingested (one per exchange result, with or without data).
     :ivar transitions: transitions those answers carried.
     :ivar spans: spans opened (``poll()`` and ``wait()`` calls with work to do).
+    :ivar worker_cpu_seconds: the part of :attr:`total_cpu_seconds` spent in spans opened with
+        ``worker=True`` (the pool's ingest worker threads, not the training thread).
     """
 
     def __init__(self, clock: Callable[[], float] = time.thread_time):
@@ -225,40 +229,56 @@ class IngestStats:
         self._clock = clock
         self.cpu_seconds = dict.fromkeys(INGEST_PHASES, 0.0)
         self.total_cpu_seconds = 0.0
+        self.worker_cpu_seconds = 0.0
         self.answers = 0
         self.transitions = 0
         self.spans = 0
         self._sizes: dict[int, int] = {}  # transitions per answer -> answers (few distinct sizes: bounded)
-        self._start = self._last = 0.0
+        self._lock = threading.Lock()  # the sums, written by the learner thread and the ingest workers
+        self._span = threading.local()  # this thread's open span: start, last mark, worker or not
 
-    def begin(self) -> None:
-        """Open a span: the CPU time from now on goes to the phases :meth:`lap` names."""
-        self._start = self._last = self._clock()
-        self.spans += 1
+    def begin(self, *, worker: bool = False) -> None:
+        """Open a span on this thread: its CPU time from now on goes to the phases :meth:`lap` names.
+
+        Args:
+            worker: the span runs on an ingest worker thread (it also counts in :attr:`worker_cpu_seconds`).
+        """
+        span = self._span
+        span.start = span.last = self._clock()
+        span.worker = worker
+        with self._lock:
+            self.spans += 1
 
     def lap(self, phase: str) -> None:
-        """Add the CPU time since the last mark (``begin`` or ``lap``) to ``phase``.
+        """Add this thread's CPU time since its last mark (``begin`` or ``lap``) to ``phase``.
 
         Raises:
             ValueError: ``phase`` is not one of :data:`INGEST_PHASES`.
         """
         if phase not in self.cpu_seconds:
             raise ValueError(f"phase must be one of {INGEST_PHASES}, got {phase!r}")
+        span = self._span
         now = self._clock()
-        self.cpu_seconds[phase] += now - self._last
-        self._last = now
+        with self._lock:
+            self.cpu_seconds[phase] += now - span.last
+        span.last = now
 
     def end(self, phase: str = "bookkeeping") -> None:
-        """Close the span: the CPU time since the last mark goes to ``phase``, the span's to the total."""
+        """Close this thread's span: the CPU time since the last mark goes to ``phase``, the span's to the total."""
         self.lap(phase)
-        self.total_cpu_seconds += self._last - self._start
+        span = self._span
+        with self._lock:
+            self.total_cpu_seconds += span.last - span.start
+            if span.worker:
+                self.worker_cpu_seconds += span.last - span.start
 
     def answer(self, transitions: int) -> None:
         """Count one ingested answer carrying ``transitions`` transitions (0: no data)."""
         n = int(transitions)
-        self.answers += 1
-        self.transitions += n
-        self._sizes[n] = self._sizes.get(n, 0) + 1
+        with self._lock:
+            self.answers += 1
+            self.transitions += n
+            self._sizes[n] = self._sizes.get(n, 0) + 1
 
     @property
     def count(self) -> float:
@@ -297,7 +317,8 @@ class IngestStats:
 
     def snapshot(self) -> tuple[float, dict[str, float], int, int, int]:
         """``(total_cpu_seconds, cpu_seconds copy, answers, transitions, spans)``, for differences over an interval."""
-        return self.total_cpu_seconds, dict(self.cpu_seconds), self.answers, self.transitions, self.spans
+        with self._lock:
+            return self.total_cpu_seconds, dict(self.cpu_seconds), self.answers, self.transitions, self.spans
 
 
 class RunnerMetrics:

@@ -10,11 +10,21 @@ own envs), and the learner takes what is staged with :meth:`CollectorActor.excha
 
     actor thread "run"                       actor threads "exchange" (at most MAX_IN_FLIGHT)
     ──────────────────────────────────       ──────────────────────────────────────────────────
-    writer.run(StagedCollector):             apply the learner's signals (budget, grant, ...)
-      act, step, write into the stage        take a new weight version (one ObjectRef for all)
-      (paused while the stage is full)       wait <= EXCHANGE_WAIT_S for data, then return the
+    writer.run(StagedCollector):             take a new weight version (one ObjectRef for all)
+      act, step, write into the stage        apply the learner's signals (budget, grant, ...)
+      (paused while the stage is full)       one exchange at a time: wait <= EXCHANGE_WAIT_S
+                                             for an answer's worth of data, then return the
                                              staged rows / the finished rollout, the episode
                                              and moment messages, this collector's counters
+
+The learner keeps ``MAX_IN_FLIGHT`` requests in flight: the second one is a pipelined request that
+takes its signals at once but waits for the stage until the first has taken its data, so it gathers
+fresh rows while the first answer travels and is ingested. How much is "an answer's worth" adapts to
+the collector's speed (off-policy): ``EXCHANGE_TARGET_S`` seconds of its recent write rate, at least
+``EXCHANGE_MIN_STEPS`` vector steps and at most half the stage; a writer paused by the learner
+(budget, no weights yet) answers at once with what is staged, so backpressure never waits out
+``EXCHANGE_WAIT_S``. The learner's cost is mostly per answer, so bigger answers from fast collectors
+cost it less per transition.
 
 The stage is a single-producer, single-consumer ring: the writer never overwrites what the
 learner has not taken (:meth:`StagedCollector.budget` and :meth:`StagedCollector.granted` also
@@ -53,8 +63,14 @@ LocalControl = CounterTable
 MAX_IN_FLIGHT = 2
 #: Longest an exchange waits for new data before it returns what it has (its answer is also the heartbeat), in s.
 EXCHANGE_WAIT_S = 0.05
-#: An exchange returns at once when this many vector-env steps of transitions are staged (off-policy).
+#: The floor of an answer's size (off-policy): an exchange returns at once when this many vector-env steps of
+#: transitions are staged, or more if the collector is fast (see ``EXCHANGE_TARGET_S``).
 EXCHANGE_MIN_STEPS = 4
+#: Off-policy answers aim at this many seconds of the collector's recent write rate (between the
+#: ``EXCHANGE_MIN_STEPS`` floor and half the stage): a fast collector sends fewer, bigger answers, in s.
+EXCHANGE_TARGET_S = 0.025
+#: Weight of the newest rate sample in a stage's running write rate (an exponential moving average).
+RATE_SMOOTHING = 0.3
 #: Off-policy stage: a ring of this many vector-env steps of transitions (capped at the learner's capacity).
 STAGE_STEPS = 64
 #: Name prefix of an off-policy stage's segment, then the owner's pid in hex and ``_`` (see :func:`sweep_stale_stages`).
@@ -107,14 +123,36 @@ class ReplayStage:
         self._ring = ReplayStorage(handle.layout, self.capacity, prefix=f"{STAGE_PREFIX}{os.getpid():x}_")
         self.writer = replace(writer, replay=self._ring.handle)
         self._taken = 0  # ring rows taken by the learner
+        self._floor = min(EXCHANGE_MIN_STEPS * num_envs, self.capacity)
+        #: rows an exchange waits for (adaptive: see the module docstring).
+        self.target_rows = self._floor
+        self._rate = 0.0  # rows per second written, running average over takes
+        self._taken_at = time.monotonic()
 
     def staged(self, row: np.ndarray) -> int:
         """Rows written and not yet taken."""
         return self._ring.committed - self._taken
 
     def ready(self, row: np.ndarray) -> bool:
-        """Whether at least ``EXCHANGE_MIN_STEPS`` steps of rows are staged (worth an exchange)."""
-        return self.staged(row) >= EXCHANGE_MIN_STEPS * self._num_envs
+        """Whether :attr:`target_rows` rows are staged (an answer's worth: see the module docstring)."""
+        return self.staged(row) >= self.target_rows
+
+    def has_data(self, row: np.ndarray) -> bool:
+        """Whether any row is staged."""
+        return self.staged(row) > 0
+
+    def _adapt(self, rows: int, paused: bool) -> None:
+        """Update the write rate with ``rows`` taken since the last take, and :attr:`target_rows` from it.
+
+        A take while the writer was paused by the learner says nothing of its speed (the rate stays).
+        """
+        now = time.monotonic()
+        elapsed, self._taken_at = now - self._taken_at, now
+        if not paused and elapsed > 0:
+            sample = rows / elapsed
+            self._rate = sample if self._rate == 0 else (1 - RATE_SMOOTHING) * self._rate + RATE_SMOOTHING * sample
+        target = int(self._rate * EXCHANGE_TARGET_S) // self._num_envs * self._num_envs  # whole vector steps
+        self.target_rows = max(self._floor, min(target, self.capacity // 2))
 
     def limit_budget(self, budget: int, total: int, row: np.ndarray) -> int:
         """``budget`` lowered so that one more step (``num_envs`` rows) never overwrites a row not yet taken."""
@@ -128,13 +166,20 @@ class ReplayStage:
     def attached(self) -> None:
         """The writer has attached the ring (its name stays: attachers check it; see :func:`sweep_stale_stages`)."""
 
-    def take(self, row: np.ndarray) -> dict[str, Any] | None:
-        """The staged rows, ``{"rows": (n, width) float32}`` in write order, or ``None`` if none."""
+    def take(self, row: np.ndarray, paused: bool = False) -> dict[str, Any] | None:
+        """The staged rows, ``{"rows": (n, width) float32}`` in write order, or ``None`` if none.
+
+        One contiguous block (a single buffer: the object store hands it to the learner without a copy when
+        it is large). ``paused``: the writer waited for the learner since the last take (see :meth:`_adapt`).
+        """
         committed = self._ring.committed
         n = committed - self._taken
+        self._adapt(max(n, 0), paused)
         if n <= 0:
             return None
-        rows = self._ring.block.take(np.arange(self._taken, committed) % self.capacity, axis=0)
+        lo, cap = self._taken % self.capacity, self.capacity
+        block = self._ring.block
+        rows = block[lo : lo + n].copy() if lo + n <= cap else np.concatenate((block[lo:], block[: lo + n - cap]))
         self._taken = committed
         return {"rows": rows}
 
@@ -181,6 +226,10 @@ class RolloutStage:
         """Whether a finished rollout has not been taken yet."""
         return int(row[ROLLOUTS]) > self._shipped
 
+    def has_data(self, row: np.ndarray) -> bool:
+        """Whether a finished rollout has not been taken yet (as :meth:`ready`)."""
+        return self.ready(row)
+
     def limit_budget(self, budget: int, total: int, row: np.ndarray) -> int:
         """``budget`` unchanged (on-policy collectors write no transitions)."""
         return budget
@@ -200,8 +249,11 @@ class RolloutStage:
 
         return min(granted, self._shipped + SLOTS)
 
-    def take(self, row: np.ndarray) -> dict[str, Any] | None:
-        """The oldest finished rollout not yet taken: ``{"rollout": k, "version": v, <field>: array}``, or ``None``."""
+    def take(self, row: np.ndarray, paused: bool = False) -> dict[str, Any] | None:
+        """The oldest finished rollout not yet taken: ``{"rollout": k, "version": v, <field>: array}``, or ``None``.
+
+        ``paused`` is unused (an on-policy answer is one rollout).
+        """
         from unilab_gym.runtime.rollout import SLOTS
 
         if int(row[ROLLOUTS]) <= self._shipped:
@@ -245,6 +297,7 @@ class StagedCollector(Collector):
         super().__init__(spec, env, policy, actor.weights, actor.control, actor.outbox)
         self._stage = stage
         self._wake = actor.wake
+        self._actor = actor
         self.control = actor.control
         self._attached = False
 
@@ -258,6 +311,7 @@ class StagedCollector(Collector):
         row = self.row
         row[PROGRESS] += 1
         row[PROGRESS_NS] = time.monotonic_ns()
+        self._actor.paused = False  # until idle() says otherwise
         alive = not self.control.stopped
         if not self._attached:  # the writer reads this first after it attached its storage
             self._attached = True
@@ -272,6 +326,12 @@ class StagedCollector(Collector):
     def granted(self) -> int:
         """The learner's grant, lowered so that a rollout starts only in a slot already taken."""
         return int(self._stage.limit_granted(super().granted()))
+
+    def idle(self) -> None:  # type: ignore[override]  # an instance method here: it tells the actor
+        """The writer may not collect now: say so to a waiting exchange (it answers at once), then sleep a little."""
+        self._actor.paused = self._actor.was_paused = True
+        self._wake.set()
+        super().idle()
 
 
 class CollectorActor:
@@ -298,7 +358,10 @@ class CollectorActor:
         self.weights = LocalWeights(weights_size)
         self.outbox = Outbox()
         self.wake = threading.Event()
+        #: the writer is waiting for the learner (budget, grant, weights) now / did since the last take.
+        self.paused = self.was_paused = False
         self._lock = threading.Lock()  # one exchange takes from the stage at a time; close waits for it
+        self._taking = threading.Lock()  # one exchange waits for the stage at a time (the others queue)
         self._stage: ReplayStage | RolloutStage | None = None
         self._finished = False
         self._signals_seq = -1
@@ -344,24 +407,27 @@ class CollectorActor:
             self._stage = stage
         spec.writer.run(collector)
 
-    def exchange(
-        self, seq: int, signals: tuple[int, int, int], totals: np.ndarray, weights: tuple[int, list[Any]] | None
-    ) -> dict[str, Any]:
+    def exchange(self, request: tuple[int, tuple[int, int, int], tuple[int, ...], Any]) -> dict[str, Any]:
         """Take the learner's signals and newest weights; return what was staged since the last exchange.
 
         Args:
-            seq: the request's number (0, 1, ...): only signals newer than those applied are applied.
-            signals: ``(budget, learning_starts, granted)`` as the learner set them.
-            totals: int64 ``(num_collectors,)``: transitions the learner took from each collector.
-            weights: ``(version, [ObjectRef of the (weights_size,) float32 vector])``, or ``None`` if unchanged.
+            request: one tuple of plain Python values (one argument to serialize: a Ray call's cost grows with
+                its arguments, and a numpy argument costs several times an int's), ``(seq, signals, totals,
+                weights)``: ``seq``, the request's number (0, 1, ...: only signals newer than those applied
+                are applied); ``signals``, ``(budget, learning_starts, granted)`` as the learner set them;
+                ``totals``, the transitions the learner took from each collector (``num_collectors`` ints);
+                ``weights``, ``(version, [ObjectRef of the (weights_size,) float32 vector])``, or ``None``
+                if unchanged.
 
         Returns:
-            ``{"data": stage data or None, "messages": [...], "row": int64 counters row,
-            "metrics": float64 metrics row, "node_id": hex str, "pid": int, "host": str, "finished": bool,
-            "weights_version": newest version held}``.
+            ``{"data": stage data or None, "messages": [...], "row": bytes of the int64 counters row,
+            "metrics": bytes of the float64 metrics row, "node_id": hex str, "pid": int, "host": str,
+            "finished": bool, "weights_version": newest version held}`` (the rows as bytes: cheaper to
+            serialize than small arrays; ``np.frombuffer`` reads them back).
         """
         import ray
 
+        seq, signals, totals, weights = request
         control, index = self.control, self.spec.index
         if weights is not None:  # before the signals: a rollout granted with these weights starts with them
             version, (ref,) = weights
@@ -370,24 +436,26 @@ class CollectorActor:
             if seq > self._signals_seq:  # requests may run out of order: the newest signals win
                 self._signals_seq = seq
                 others = np.arange(control.num_collectors) != index
-                control.rows[others, TRANSITIONS] = totals[others]  # before the budget: the writer's total grows
+                control.rows[others, TRANSITIONS] = np.asarray(totals, np.int64)[others]  # before the budget
                 control.set_signals(*signals)
-        deadline = time.monotonic() + EXCHANGE_WAIT_S
         row = control.rows[index]
-        while not self._finished and time.monotonic() < deadline:
-            stage = self._stage
-            if stage is not None and stage.ready(row):
-                break
-            self.wake.wait(max(0.0, deadline - time.monotonic()))
-            self.wake.clear()
-        with self._lock:
-            data = self._stage.take(row) if self._stage is not None else None
-            messages = self.outbox.take()  # after the data: the moments sent before a rollout finished come with it
+        with self._taking:  # a pipelined request waits here while the one before it gathers its answer
+            deadline = time.monotonic() + EXCHANGE_WAIT_S
+            while not self._finished and time.monotonic() < deadline:
+                stage = self._stage
+                if stage is not None and (stage.ready(row) or (self.paused and stage.has_data(row))):
+                    break
+                self.wake.wait(max(0.0, deadline - time.monotonic()))
+                self.wake.clear()
+            with self._lock:
+                paused, self.was_paused = self.was_paused, False
+                data = self._stage.take(row, paused) if self._stage is not None else None
+                messages = self.outbox.take()  # after the data: the moments sent before a rollout finished come with it
         return {
             "data": data,
             "messages": messages,
-            "row": row.copy(),
-            "metrics": control.metrics[index].copy(),
+            "row": row.tobytes(),
+            "metrics": control.metrics[index].tobytes(),
             "node_id": self._node_id,
             "pid": os.getpid(),
             "host": socket.gethostname(),

@@ -22,6 +22,15 @@ rollout storage (the collector's env columns of the rollout's slot); the counter
 backpressure and policy lag keep their meaning. Each published weight version is one ``ray.put``;
 its ObjectRef rides on each collector's next request.
 
+The learner never polls Ray for answers: each request's ObjectRef tells, when its answer is ready,
+through a callback on Ray's thread that puts it in a queue (``ObjectRef._on_ready``; a future's
+callback on Rays without it), and :meth:`RayCollectorPool.wait` blocks on that queue. With
+``setup.ingest_workers = K > 1``, K learner-side threads (the *ingest workers*; collector ``c``'s
+answers go to worker ``c % K``, so each collector's answers stay in order) fetch each answer, copy
+its data into the replay (one reservation per answer) or the rollout slot and send the collector
+its next request; the training thread's :meth:`~RayCollectorPool.poll` then only counts what they
+stored (the counters the loops read move there, in request order, as with ``K = 1``).
+
 Faults: a remote exception comes back as the traceback ``run`` returns; a dead actor or node
 (``RayActorError``) or an actor whose heartbeat stops for ``collector_timeout_s`` is killed and,
 within ``max_restarts``, replaced by a new actor scheduled wherever its resources are free, with
@@ -32,7 +41,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import socket
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +77,8 @@ INSTALL_HINT = 'pip install "unilab-gym[ray]"'
 JOIN_TIMEOUT_S = 3.0
 #: Counter fields an actor reports and the learner copies (each only grows during one actor's life).
 _REPORTED = [VERSION, TERMINATED, TRUNCATED, STEP_CALLS, READY, PROGRESS]
+#: How often :meth:`RayCollectorPool.poll` compares the collectors' heartbeats with their limit, in s.
+HANG_CHECK_S = 0.05
 
 
 def import_ray() -> Any:
@@ -138,6 +151,16 @@ class RayCollectorPool(CollectorPool):
         self._actor_class = ray.remote(max_restarts=0, max_task_retries=0)(CollectorActor).options(**options)
         n = setup.num_collectors
         self._table = CounterTable(n)  # the learner's signals live in its globals, shipped with each request
+        #: learner-side ingest threads (``setup.ingest_workers``; 1: the training thread ingests in poll()).
+        self.ingest_workers = int(getattr(setup, "ingest_workers", 1) or 1)
+        self._lock = threading.Lock()  # requests in flight, sequence numbers, generations: workers vs learner
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # what the learner thread handles in poll()
+        k = self.ingest_workers
+        self._queues: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in range(k)] if k > 1 else []
+        self._threads: list[threading.Thread] = []
+        self._held: list[Any] = []  # what wait() took from the inbox, for the next poll()
+        self._pending = [0] * n  # requests in flight to each collector's current actor
+        self._next_hang_check = 0.0
         self._version = 0
         self._weights_ref: Any = None
         self._weights_nbytes = 0
@@ -187,6 +210,10 @@ class RayCollectorPool(CollectorPool):
             self._actors.append(None)
             self._run_refs.append(None)
             self._spawn(c)
+        for w, inbox in enumerate(self._queues):
+            thread = threading.Thread(target=self._work, args=(inbox,), name=f"unilab-ingest-{w}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
         self._top_up()
 
     def _spawn(self, c: int) -> None:
@@ -194,10 +221,12 @@ class RayCollectorPool(CollectorPool):
         spec = self.setup.collector_spec(c, self._restarts_of[c])
         row = self._table.rows[c].copy()
         actor = self._actor_class.remote(spec, self._policy_ref, row, self.num_collectors, self.setup.weights_size)
-        self._actors[c] = actor
-        self._run_refs[c] = actor.run.remote()
-        self._next_seq[c] = self._next_ingest[c] = 0
-        self._arrived[c] = {}
+        with self._lock:
+            self._actors[c] = actor
+            self._run_refs[c] = run = actor.run.remote()
+            self._next_seq[c] = self._next_ingest[c] = self._pending[c] = 0
+            self._arrived[c] = {}
+            _on_ready(run, self._inbox, ("run", c, self._generation[c]))
         self._acked_version[c] = 0
         self._progress_seen[c] = -1
         self._node_of[c], self._pid_of[c], self._host_of[c] = "", None, ""
@@ -212,6 +241,10 @@ class RayCollectorPool(CollectorPool):
             return
         self._closed = True
         ray = self._ray
+        for inbox in self._queues:
+            inbox.put(None)
+        for thread in self._threads:
+            thread.join(JOIN_TIMEOUT_S)
         actors = [a for a in self._actors if a is not None]
         try:
             for actor in actors:
@@ -226,7 +259,7 @@ class RayCollectorPool(CollectorPool):
                 ray.kill(actor, no_restart=True)
         host = socket.gethostname()
         pids = [pid for pid, h in zip(self._pid_of, self._host_of) if pid is not None and h == host]
-        self._actors, self._run_refs, self._in_flight = [], [], {}
+        self._actors, self._run_refs, self._in_flight, self._held = [], [], {}, []
         self._weights_ref = self._policy_ref = None
         for storage in (self._replay, self._rollouts):
             if storage is not None:
@@ -271,36 +304,58 @@ class RayCollectorPool(CollectorPool):
     # ------------------------------------------------------------------ exchanges
     def _top_up(self) -> None:
         """Issue exchange requests until each live collector has ``MAX_IN_FLIGHT``."""
-        if not self._actors:
+        if not self._actors or min(self._pending) >= MAX_IN_FLIGHT:
             return
-        totals = self._table.rows[:, TRANSITIONS].copy()
+        with self._lock:
+            for c in range(self.num_collectors):
+                self._request(c)
+
+    def _request(self, c: int) -> None:
+        """Under the lock: issue requests to collector ``c`` until it has ``MAX_IN_FLIGHT``.
+
+        Each carries the learner's signals and counted totals; its ObjectRef goes, when its answer is ready, to
+        the learner's inbox (``ingest_workers == 1``) or to the queue of ingest worker ``c % ingest_workers``.
+        """
+        actor = self._actors[c]
+        if actor is None or self._pending[c] >= MAX_IN_FLIGHT:
+            return
+        totals = tuple(self._table.rows[:, TRANSITIONS].tolist())
         signals = self._table.signals()
-        pending = [0] * self.num_collectors
-        for c, _, _ in self._in_flight.values():
-            pending[c] += 1
-        for c, actor in enumerate(self._actors):
-            for _ in range(MAX_IN_FLIGHT - pending[c]):
-                weights = None
-                if self._weights_ref is not None and self._acked_version[c] < self._version:
-                    # on every request until the actor has it: a request's signals (a grant) apply only after
-                    # its weights. In a list: the actor gets the ref, and its node fetches the object once.
-                    weights = (self._version, [self._weights_ref])
-                ref = actor.exchange.remote(self._next_seq[c], signals, totals, weights)
-                self._in_flight[ref] = (c, self._generation[c], self._next_seq[c])
-                self._next_seq[c] += 1
+        inbox = self._queues[c % len(self._queues)] if self._queues else self._inbox
+        while self._pending[c] < MAX_IN_FLIGHT:
+            weights = None
+            if self._weights_ref is not None and self._acked_version[c] < self._version:
+                # on every request until the actor has it: a request's signals (a grant) apply only after
+                # its weights. In a list: the actor gets the ref, and its node fetches the object once.
+                weights = (self._version, [self._weights_ref])
+            ref = actor.exchange.remote((self._next_seq[c], signals, totals, weights))
+            self._in_flight[ref] = (c, self._generation[c], self._next_seq[c])
+            self._next_seq[c] += 1
+            self._pending[c] += 1
+            _on_ready(ref, inbox, ref)
+
+    def _claim(self, ref: Any) -> tuple[int, int, int] | None:
+        """Take ``ref`` out of the requests in flight: ``(collector, generation, seq)``, ``None`` if stale."""
+        with self._lock:
+            entry = self._in_flight.pop(ref, None)
+            if entry is None or entry[1] != self._generation[entry[0]]:
+                return None  # a replaced actor's request: dropped
+            self._pending[entry[0]] -= 1
+            return entry
 
     @property
     def ingest_cpu_s(self) -> float:
-        """The learner thread's CPU seconds spent ingesting (all phases of :attr:`ingest_stats`)."""
+        """CPU seconds spent ingesting, on the training thread and the ingest workers (see :attr:`ingest_stats`)."""
         return self.ingest_stats.total_cpu_seconds
 
     def wait(self, timeout: float) -> None:
-        """Block until an exchange result is ready or an actor's loop returns, at most ``timeout`` s."""
-        refs = list(self._in_flight) + [r for r in self._run_refs if r is not None]
-        if refs:
-            self.ingest_stats.begin()
-            self._ray.wait(refs, num_returns=1, timeout=timeout)
-            self.ingest_stats.end("wait")  # CPU only: the blocked time costs none
+        """Block until an answer is ready (stored, with ingest workers) or an actor's loop returns, <= ``timeout`` s."""
+        if self._held or not self._actors:
+            return
+        self.ingest_stats.begin()
+        with contextlib.suppress(queue.Empty):
+            self._held.append(self._inbox.get(timeout=timeout))
+        self.ingest_stats.end("wait")  # CPU only: the blocked time costs none
 
     def _get(self, ref: Any) -> Any:
         """``ray.get(ref)``, its CPU split into the ``fetch`` and ``deserialize`` phases of :attr:`ingest_stats`.
@@ -308,7 +363,8 @@ class RayCollectorPool(CollectorPool):
         Ray's public ``ray.get`` does both in one call; its two steps (``Worker.get_objects``: the core worker's
         ``get_objects``, then ``Worker.deserialize_objects``) are called here one at a time, with ``ray.get``'s
         error handling (a ``RayTaskError`` is raised as an instance of its cause, any other ``RayError`` as
-        is). Where this Ray lacks those methods, ``ray.get`` runs and all of it counts as ``fetch``.
+        is). Where this Ray lacks those methods, ``ray.get`` runs and all of it counts as ``fetch``. A numpy
+        block of a large answer is read where it lies in the object store (no copy until the storage's).
         """
         stats, worker = self.ingest_stats, self._worker
         if worker is None:
@@ -326,6 +382,52 @@ class RayCollectorPool(CollectorPool):
             raise value
         return value
 
+    def _fetch(self, ref: Any, c: int, generation: int, seq: int) -> tuple[Any, ...]:
+        """Fetch the answer ``ref`` of collector ``c`` and store its data; return what :meth:`poll` handles.
+
+        ``("answer", c, generation, seq, result, transitions, bytes)``, or ``("fault", c, generation, error)``.
+        """
+        ray, stats = self._ray, self.ingest_stats
+        try:
+            result = self._get(ref)
+        except ray.exceptions.RayTaskError as exc:  # a bug in the exchange itself
+            return ("fault", c, generation, ("raised", str(exc)))
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            return ("fault", c, generation, ("died", exc))
+        data = result["data"]
+        nbytes = transitions = 0
+        if data is not None:
+            stats.lap("bookkeeping")
+            nbytes, transitions = self._store(c, data)
+            stats.lap("copy")
+        return ("answer", c, generation, seq, result, transitions, nbytes)
+
+    def _work(self, inbox: queue.SimpleQueue[Any]) -> None:
+        """An ingest worker: fetch and store each answer its queue gets, request the next; ``None`` ends it."""
+        stats = self.ingest_stats
+        while True:
+            ref = inbox.get()
+            if ref is None:
+                return
+            stats.begin(worker=True)
+            try:
+                claimed = self._claim(ref)
+                if claimed is None:
+                    continue
+                c, generation, seq = claimed
+                stats.lap("bookkeeping")
+                item = self._fetch(ref, c, generation, seq)
+                if item[0] == "answer":
+                    with self._lock:
+                        if generation == self._generation[c]:
+                            self._request(c)
+                    stats.lap("request")
+                self._inbox.put(item)
+            except BaseException as exc:  # the training thread raises it in poll() (e.g. a closed replay)
+                self._inbox.put(("error", exc))
+            finally:
+                stats.end("bookkeeping")
+
     def poll(self) -> Reports:
         """Ingest the exchange results that arrived, handle faults and send new requests (see the module docstring)."""
         reports = Reports()
@@ -333,49 +435,85 @@ class RayCollectorPool(CollectorPool):
             return reports
         stats, t0 = self.ingest_stats, time.perf_counter()
         stats.begin()
+        items, self._held = self._held, []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                items.append(self._inbox.get_nowait())
+        if not items and time.monotonic() < self._next_hang_check and min(self._pending) >= MAX_IN_FLIGHT:
+            stats.end("poll")  # nothing arrived, nothing due
+            self.ingest_s += time.perf_counter() - t0
+            return reports
+        stats.lap("poll")
         try:
-            return self._poll(reports)
+            return self._poll(items, reports)
         finally:
             stats.end("bookkeeping")
             self.ingest_s += time.perf_counter() - t0
 
-    def _poll(self, reports: Reports) -> Reports:
-        ray, stats = self._ray, self.ingest_stats
+    def _poll(self, items: list[Any], reports: Reports) -> Reports:
+        stats = self.ingest_stats
         faults: dict[int, CollectorError] = {}
-        refs = list(self._in_flight)
-        if refs:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            stats.lap("poll")
-            for ref in ready:
-                c, generation, seq = self._in_flight.pop(ref)
-                if generation != self._generation[c] or c in faults:
+        touched: set[int] = set()
+        for item in items:
+            if not isinstance(item, tuple):  # a ready ObjectRef (ingest_workers == 1): fetch and store it here
+                claimed = self._claim(item)
+                if claimed is None or claimed[0] in faults:
                     continue
                 stats.lap("bookkeeping")
-                try:
-                    self._arrived[c][seq] = self._get(ref)
-                except ray.exceptions.RayTaskError as exc:  # a bug in the exchange itself
-                    faults[c] = self._error(c, "raised an exception", traceback=str(exc))
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                    faults[c] = self._died(c, exc)
-        for c in range(self.num_collectors):
-            if c not in faults:
-                self._ingest_arrived(c, reports)
-        stats.lap("bookkeeping")
-        for c, run in enumerate(self._run_refs):
-            if c in faults or run is None:
+                item = self._fetch(item, *claimed)
+            kind = item[0]
+            if kind == "error":
+                raise item[1]
+            c, generation = item[1], item[2]
+            if generation != self._generation[c] or c in faults:
                 continue
-            done, _ = ray.wait([run], timeout=0)
-            if done:
-                try:
-                    tb = ray.get(run)
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                    faults[c] = self._died(c, exc)
-                    continue
-                if tb is not None:
-                    faults[c] = self._error(c, "raised an exception", traceback=tb)
-                else:
-                    faults[c] = self._error(c, "returned from its loop without being stopped")
-        stats.lap("poll")  # the actors' loops: ray.wait on each run ref
+            if kind == "answer":
+                self._arrived[c][item[3]] = item[4:]
+                touched.add(c)
+            elif kind == "fault":
+                what, detail = item[3]
+                faults[c] = (
+                    self._error(c, "raised an exception", traceback=detail)
+                    if what == "raised"
+                    else self._died(c, detail)
+                )
+            else:  # "run": the actor's loop returned
+                fault = self._run_returned(c)
+                if fault is not None:
+                    faults[c] = fault
+        stats.lap("bookkeeping")
+        for c in sorted(touched - set(faults)):
+            self._ingest_arrived(c, reports)
+        stats.lap("bookkeeping")
+        now = time.monotonic()
+        if now >= self._next_hang_check:
+            self._next_hang_check = now + HANG_CHECK_S
+            self._check_hung(faults)
+        self._supervise(faults)
+        stats.lap("bookkeeping")
+        if not self._queues or faults:  # with ingest workers, they send the next requests
+            self._top_up()
+            stats.lap("request")
+        return reports
+
+    def _run_returned(self, c: int) -> CollectorError | None:
+        """The fault of collector ``c`` whose ``run`` returned (``None`` if it did not: a spurious wake)."""
+        ray = self._ray
+        run = self._run_refs[c]
+        if run is None:
+            return None
+        try:
+            tb = ray.get(run, timeout=0)
+        except ray.exceptions.GetTimeoutError:
+            return None
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            return self._died(c, exc)
+        if tb is not None:
+            return self._error(c, "raised an exception", traceback=tb)
+        return self._error(c, "returned from its loop without being stopped")
+
+    def _check_hung(self, faults: dict[int, CollectorError]) -> None:
+        """Add a fault for each collector whose heartbeat stopped (see :meth:`hung_collectors`)."""
         timeout = self.setup.collector_timeout_s
         for c, since in self.hung_collectors().items():
             if c not in faults:
@@ -391,49 +529,50 @@ class RayCollectorPool(CollectorPool):
                     + "; killed it",
                     seconds_since_progress=since,
                 )
-        self._supervise(faults)
-        stats.lap("bookkeeping")
-        self._top_up()
-        stats.lap("request")
-        return reports
 
     def _ingest_arrived(self, c: int, reports: Reports) -> None:
-        """Ingest collector ``c``'s results that are next in request order."""
+        """Count collector ``c``'s stored results that are next in request order."""
         arrived = self._arrived[c]
         while self._next_ingest[c] in arrived:
-            result = arrived.pop(self._next_ingest[c])
+            result, transitions, nbytes = arrived.pop(self._next_ingest[c])
             self._next_ingest[c] += 1
-            self._ingest(c, result, reports)
+            self._ingest(c, result, transitions, nbytes, reports)
 
-    def _ingest(self, c: int, result: dict[str, Any], reports: Reports) -> None:
+    def _ingest(self, c: int, result: dict[str, Any], transitions: int, nbytes: int, reports: Reports) -> None:
+        """Count one stored answer of collector ``c``: its messages, transitions, rollout and counters."""
         for kind, *payload in result["messages"]:
             if kind == "episodes":
                 reports.episode_returns.extend(payload[0])
                 reports.episode_lengths.extend(payload[1])
             elif kind == "moments":
                 reports.moments.append((payload[0], payload[1]))
-        data, stats = result["data"], self.ingest_stats
-        nbytes = transitions = 0
+        data, rows = result["data"], self._table.rows
         if data is not None:
-            stats.lap("bookkeeping")
-            if "rows" in data:
-                nbytes, transitions = self._ingest_rows(c, data["rows"])
-            else:
-                nbytes, transitions = self._ingest_rollout(c, data)
-            stats.lap("copy")
-        stats.answer(transitions)
+            rows[c, TRANSITIONS] += transitions
+            self.ingested += transitions
+            if "rollout" in data:
+                rows[c, ROLLOUTS] = (
+                    int(data["rollout"]) + 1
+                )  # after the data: the loop reads a slot once every row passed it
+        self.ingest_stats.answer(transitions)
         self._result_nbytes[c] = max(nbytes, 1024)
-        row, rows = result["row"], self._table.rows
+        row = np.frombuffer(result["row"], np.int64)
         rows[c, _REPORTED] = np.maximum(rows[c, _REPORTED], row[_REPORTED])
         if row[PROGRESS] > self._progress_seen[c]:
             self._progress_seen[c] = int(row[PROGRESS])
             rows[c, PROGRESS_NS] = time.monotonic_ns()  # the learner's clock: actors' clocks do not compare
-            self._table.metrics[c] = result["metrics"]
+            self._table.metrics[c] = np.frombuffer(result["metrics"], np.float64)
         self._node_of[c], self._pid_of[c], self._host_of[c] = result["node_id"], result["pid"], result["host"]
         self._acked_version[c] = max(self._acked_version[c], result["weights_version"])
 
-    def _ingest_rows(self, c: int, rows: np.ndarray) -> tuple[int, int]:
-        """Copy ``rows`` ((n, width) float32) into a reservation of the learner's replay; count them.
+    def _store(self, c: int, data: dict[str, Any]) -> tuple[int, int]:
+        """Write one answer's ``data`` into the learner's storage (not counted yet); return ``(bytes, transitions)``."""
+        if "rows" in data:
+            return self._store_rows(data["rows"])
+        return self._store_rollout(c, data)
+
+    def _store_rows(self, rows: np.ndarray) -> tuple[int, int]:
+        """Copy ``rows`` ((n, width) float32) into one reservation of the learner's replay.
 
         Returns ``(bytes, transitions)``.
         """
@@ -444,12 +583,10 @@ class RayCollectorPool(CollectorPool):
         for r0, r1, s0, s1 in res.pieces:
             block[r0:r1] = rows[s0:s1]
         storage.commit(res)
-        self._table.rows[c, TRANSITIONS] += n
-        self.ingested += n
         return int(rows.nbytes), n
 
-    def _ingest_rollout(self, c: int, data: dict[str, Any]) -> tuple[int, int]:
-        """Copy rollout ``data["rollout"]`` into collector ``c``'s env columns of its slot; count it.
+    def _store_rollout(self, c: int, data: dict[str, Any]) -> tuple[int, int]:
+        """Copy rollout ``data["rollout"]`` into collector ``c``'s env columns of its slot.
 
         Returns ``(bytes, transitions)``.
         """
@@ -468,11 +605,7 @@ class RayCollectorPool(CollectorPool):
                 array[index] = part
                 nbytes += part.nbytes
         storage.versions[slot, c] = data["version"]
-        transitions = data["rewards"].size
-        self._table.rows[c, TRANSITIONS] += transitions
-        self.ingested += transitions
-        self._table.rows[c, ROLLOUTS] = k + 1  # after the data: the loop reads a slot once every row passed it
-        return nbytes, int(transitions)
+        return nbytes, int(data["rewards"].size)
 
     # ------------------------------------------------------------------ faults
     def _where(self, c: int) -> str:
@@ -518,7 +651,9 @@ class RayCollectorPool(CollectorPool):
         """Kill collector ``c``'s actor; results of its requests still in flight are dropped (new generation)."""
         with contextlib.suppress(Exception):
             self._ray.kill(self._actors[c], no_restart=True)
-        self._generation[c] += 1
+        with self._lock:
+            self._generation[c] += 1
+            self._actors[c] = None  # no worker sends it another request
 
     def _restart_head(self, fault: CollectorError) -> str:
         """The fault's first line, and its traceback's last (the remote exception) if it has one."""
@@ -530,6 +665,19 @@ class RayCollectorPool(CollectorPool):
     def _respawn(self, c: int) -> None:
         """A new actor for collector ``c``, wherever its resources are free."""
         self._spawn(c)
+
+
+def _on_ready(ref: Any, inbox: queue.SimpleQueue[Any], item: Any) -> None:
+    """Put ``item`` in ``inbox`` when the object ``ref`` is ready (or failed), from Ray's thread.
+
+    ``ObjectRef._on_ready`` (no fetch, no deserialization) where this Ray has it, else the callback of
+    ``ref.future()``. The caller keeps ``ref`` until the item is handled (a dropped ref never calls back).
+    """
+    hook = getattr(ref, "_on_ready", None)
+    if callable(hook):
+        hook(lambda _error: inbox.put(item))
+    else:
+        ref.future().add_done_callback(lambda _future: inbox.put(item))
 
 
 def _split_get_worker(ray: Any) -> Any:
