@@ -36,9 +36,9 @@ import numpy as np
 
 from unilab_gym.replay.layout import ReplayLayout
 from unilab_gym.replay.persistence import RingState
-from unilab_gym.replay.ring import _EVICTED, _FINAL_HEAD, _FLOOR, _GENERATION, _HEAD, _HEADER_BYTES
-from unilab_gym.replay.sampling import _MAX_SAMPLE_ROUNDS
-from unilab_gym.replay.storage import ReplayStorage, _as_column
+from unilab_gym.replay.ring import EVICTED, FINAL_HEAD, FLOOR, GENERATION, HEAD, HEADER_BYTES
+from unilab_gym.replay.sampling import MAX_SAMPLE_ROUNDS
+from unilab_gym.replay.storage import ReplayStorage, as_column
 from unilab_gym.shm import Segment
 
 __all__ = ["OptimizedReplayStorage"]
@@ -67,7 +67,7 @@ class OptimizedReplayStorage(ReplayStorage):
             segment.close()
             raise ValueError("OptimizedReplayStorage needs a memory-optimized layout (final_obs > 0)")
         super()._setup(segment, layout, capacity)
-        offset = _HEADER_BYTES + capacity * layout.row_nbytes
+        offset = HEADER_BYTES + capacity * layout.row_nbytes
         self._side = np.frombuffer(segment.buf, dtype=layout.side_dtype, count=layout.final_obs, offset=offset)
         # per writer: its rows waiting for a successor, by stream id (see _pending_rows)
         self._pending: dict[str, np.ndarray] = {}
@@ -121,7 +121,7 @@ class OptimizedReplayStorage(ReplayStorage):
         """Warn once per object that the side table retired rows early (see :attr:`oldest`)."""
         self._evicted_warned = True
         with self._lock:
-            head, floor, evicted = self._h[_HEAD], self._h[_FLOOR], self._h[_EVICTED]
+            head, floor, evicted = self._h[HEAD], self._h[FLOOR], self._h[EVICTED]
         F, cap = self._layout.final_obs, self._capacity
         window = max(0, head - max(head - cap, floor))
         warnings.warn(
@@ -143,7 +143,7 @@ class OptimizedReplayStorage(ReplayStorage):
         dtypes = {L.obs_field(k): np.dtype(dt) for k, _, dt in L.obs_spec}
         obs = {name: np.asarray(arr, dtypes[name]) for name, (_, arr) in zip(names, obs_cols)}
         nxt = {name: np.asarray(arr, dtypes[name]) for name, (_, arr) in zip(names, next_cols)}
-        done = (_as_column("terminated", terminated, n) != 0) | (_as_column("truncated", truncated, n) != 0)
+        done = (as_column("terminated", terminated, n) != 0) | (as_column("truncated", truncated, n) != 0)
         if streams is None:
             ids = np.arange(n, dtype=np.int64)
         else:
@@ -169,15 +169,15 @@ class OptimizedReplayStorage(ReplayStorage):
         m = int(seqs.shape[0])
         if m == 0:
             return
-        k0 = h[_FINAL_HEAD]
-        h[_FINAL_HEAD] = k0 + m
+        k0 = h[FINAL_HEAD]
+        h[FINAL_HEAD] = k0 + m
         keep = slice(max(0, m - F), m)  # older ones would be overwritten at once
         slots = (k0 + np.arange(m, dtype=np.int64)[keep]) % F
         lost = np.concatenate([seqs[: keep.start], side["tag"][slots]])
-        lost = lost[lost >= max(h[_HEAD] - self._capacity, h[_FLOOR])]
+        lost = lost[lost >= max(h[HEAD] - self._capacity, h[FLOOR])]
         if lost.shape[0]:  # episode ends whose rows are still in the ring: retire those rows
-            h[_FLOOR] = int(lost.max()) + 1
-            h[_EVICTED] += int(lost.shape[0])
+            h[FLOOR] = int(lost.max()) + 1
+            h[EVICTED] += int(lost.shape[0])
             self._evicted_seen = True
         side["tag"][slots] = -1  # readers re-check the tag after copying: a torn entry is rejected
         for name, value in values.items():
@@ -193,7 +193,7 @@ class OptimizedReplayStorage(ReplayStorage):
         """
         ids, done, obs, nxt = links
         h, cap = self._h, self._capacity
-        generation, oldest = h[_GENERATION], max(h[_HEAD] - cap, h[_FLOOR])
+        generation, oldest = h[GENERATION], max(h[HEAD] - cap, h[FLOOR])
         seqs = start + np.arange(ids.shape[0], dtype=np.int64)
         pend = self._pending_rows(int(ids.max()) + 1)
         p = pend["seq"][ids]
@@ -238,7 +238,7 @@ class OptimizedReplayStorage(ReplayStorage):
         """Uniformly sampled transitions whose next observation is known, with it assembled."""
         generation, seq = self._draw(batch_size, rng)
         fields, check = self._transitions(seq)
-        for _ in range(_MAX_SAMPLE_ROUNDS):
+        for _ in range(MAX_SAMPLE_ROUNDS):
             bad = self._incomplete(seq, check, generation)
             if not bad.any():
                 return seq, fields
@@ -251,7 +251,7 @@ class OptimizedReplayStorage(ReplayStorage):
             for part, value in zip(check, check_again):
                 part[bad] = value
         raise RuntimeError(
-            f"replay {self.name!r}: no complete transition in {_MAX_SAMPLE_ROUNDS} sampling rounds: the "
+            f"replay {self.name!r}: no complete transition in {MAX_SAMPLE_ROUNDS} sampling rounds: the "
             "successors of the drawn rows are not committed yet (add more steps), or the ring is far too small"
         )
 
@@ -264,7 +264,7 @@ class OptimizedReplayStorage(ReplayStorage):
         """
         seq = np.asarray(seq, dtype=np.int64)
         with self._lock:
-            generation = self._h[_GENERATION]
+            generation = self._h[GENERATION]
         fields, check = self._transitions(seq)
         return fields, ~self._incomplete(seq, check, generation)
 
@@ -296,7 +296,7 @@ class OptimizedReplayStorage(ReplayStorage):
         delta, slot, tag = check
         side = self._side
         with self._lock:
-            head, current, floor = self._h[_HEAD], self._h[_GENERATION], self._h[_FLOOR]
+            head, current, floor = self._h[HEAD], self._h[GENERATION], self._h[FLOOR]
             now = self._fields["next"][seq % self._capacity]
             tag_now = side["tag"][slot]
         if current != generation:
@@ -311,13 +311,11 @@ class OptimizedReplayStorage(ReplayStorage):
     def _snapshot(self) -> RingState:
         saved = super()._snapshot()
         h = self._header
-        return saved._replace(
-            side=self._side.view(np.uint8).copy(), final_head=int(h[_FINAL_HEAD]), floor=int(h[_FLOOR])
-        )
+        return saved._replace(side=self._side.view(np.uint8).copy(), final_head=int(h[FINAL_HEAD]), floor=int(h[FLOOR]))
 
     def _restore(self, saved: RingState) -> None:
         assert saved.side is not None  # checked_state gives one for an optimized layout
         super()._restore(saved)
         self._side.view(np.uint8)[:] = saved.side
-        self._header[_FINAL_HEAD] = int(saved.final_head)
-        self._header[_FLOOR] = int(saved.floor)
+        self._header[FINAL_HEAD] = int(saved.final_head)
+        self._header[FLOOR] = int(saved.floor)

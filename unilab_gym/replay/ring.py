@@ -100,26 +100,74 @@ from unilab_gym.replay.lock import ReplayClosedError, ReplayOwnerGoneError, Segm
 from unilab_gym.shm import DEFAULT_PREFIX, Segment
 from unilab_gym.validation import check_positive_int, check_real
 
-__all__ = ["MAX_SLOTS", "ReplayClosedError", "ReplayHandle", "ReplayOwnerGoneError", "ReplayRing", "Reservation"]
+__all__ = [
+    "CAPACITY",
+    "CLOSED",
+    "COMMITTED",
+    "EVICTED",
+    "FINAL_HEAD",
+    "FLOOR",
+    "GENERATION",
+    "HEAD",
+    "HEADER_BYTES",
+    "HEADER_INTS",
+    "MAGIC",
+    "MAX_SLOTS",
+    "OWNER_CHECK_EVERY",
+    "OWNER_PID",
+    "OWNER_PIDNS",
+    "PREAMBLE",
+    "RECORD_BYTES",
+    "SLOT_ABORTED",
+    "SLOT_FREE",
+    "SLOT_PID",
+    "SLOT_START",
+    "SLOT_STATE",
+    "SLOT_STOP",
+    "SLOT_WRITING",
+    "VERSION",
+    "WIDTH",
+    "ReplayClosedError",
+    "ReplayHandle",
+    "ReplayOwnerGoneError",
+    "ReplayRing",
+    "Reservation",
+    "layout_record",
+]
 
-# ---- header layout (int64 indices) --------------------------------------------------------
+# ---- the header table: int64 indices into the segment's header -------------------------------------------------
+# The ring's subclasses (sampling.py, storage.py, linking.py) read and write the header through these names, under
+# the header lock, as the protocol above says. Layout: a preamble of PREAMBLE int64 fields, then the slot table.
 _MAGIC_VALUE = 0x554E494C41425250  # "UNILABRP"
 _VERSION_VALUE = 2  # 2: owner pid and layout record
-_MAGIC, _VERSION, _CAPACITY, _WIDTH, _HEAD, _COMMITTED, _GENERATION, _CLOSED = range(8)
-_OWNER_PID, _OWNER_PIDNS, _RECORD_BYTES, _FINAL_HEAD = range(8, 12)
-# optimized layouts: rows below _FLOOR are retired (an episode end of theirs left the side table);
-# _EVICTED counts the side entries overwritten while their row was still in the ring
-_FLOOR, _EVICTED = 12, 13
-_PREAMBLE = 16
+#: preamble fields: the magic number, the format version, the ring's capacity (rows) and row width (bytes).
+MAGIC, VERSION, CAPACITY, WIDTH = range(4)
+#: rows ever reserved (the next sequence number), rows ever committed, the generation (bumped when the ring's
+#: contents are replaced by a restore: samplers in flight redraw), and the owner's closed flag.
+HEAD, COMMITTED, GENERATION, CLOSED = range(4, 8)
+#: the owner's pid and pid namespace (attachers check its liveness), and the layout record's length in bytes.
+OWNER_PID, OWNER_PIDNS, RECORD_BYTES = range(8, 11)
+#: optimized layouts (:mod:`~unilab_gym.replay.linking`): side-table entries ever written (the next one), the
+#: retirement floor (rows below it are retired: an episode end of theirs left the side table) and the side
+#: entries overwritten while their row was still in the ring.
+FINAL_HEAD, FLOOR, EVICTED = 11, 12, 13
+#: int64 fields before the slot table (14 and 15 are free).
+PREAMBLE = 16
 MAX_SLOTS = 32  #: reservations that may be in flight at once (writers x threads)
-_FREE, _WRITING, _ABORTED = 0, 1, 2
-# slot table: four contiguous int64[MAX_SLOTS] columns after the preamble
-_STATE, _START, _STOP, _PID = (_PREAMBLE + k * MAX_SLOTS for k in range(4))  # + slot index
+#: a slot's state: free, being written by a live writer, abandoned (its rows are never sampled).
+SLOT_FREE, SLOT_WRITING, SLOT_ABORTED = 0, 1, 2
+#: the slot table: four contiguous int64[MAX_SLOTS] columns after the preamble; slot ``i``'s state is at
+#: ``SLOT_STATE + i``, its range ``[start, stop)`` of sequence numbers at ``SLOT_START + i`` / ``SLOT_STOP + i``,
+#: its writer's pid at ``SLOT_PID + i``.
+SLOT_STATE, SLOT_START, SLOT_STOP, SLOT_PID = (PREAMBLE + k * MAX_SLOTS for k in range(4))
 _ALL_FREE = bytes(8 * MAX_SLOTS)
-_HEADER_INTS = _PREAMBLE + 4 * MAX_SLOTS
-_HEADER_BYTES = 8 * _HEADER_INTS  # 1152, a multiple of 64: the block is cache-line aligned
+#: int64 values of the header.
+HEADER_INTS = PREAMBLE + 4 * MAX_SLOTS
+#: bytes of the header: 1152, a multiple of 64 (the block after it is cache-line aligned).
+HEADER_BYTES = 8 * HEADER_INTS
 
-_OWNER_CHECK_EVERY = 64  # attachers check the owner's liveness every this many adds / samples
+#: attachers check the owner's liveness every this many adds / reserves / samples.
+OWNER_CHECK_EVERY = 64
 _LOCKED_WRITE_ROWS = 1024  # adds up to this many rows are written while holding the lock
 
 
@@ -153,7 +201,7 @@ class Reservation(NamedTuple):
     pieces: tuple[tuple[int, int, int, int], ...]
 
 
-def _layout_record(layout: ReplayLayout, capacity: int) -> bytes:
+def layout_record(layout: ReplayLayout, capacity: int) -> bytes:
     """The JSON record of ``capacity`` and ``layout.fields`` stored at the end of the segment."""
     fields = [[name, list(shape), dtype] for name, shape, dtype in layout.fields]
     record: dict[str, Any] = {"capacity": capacity, "fields": fields}
@@ -194,7 +242,7 @@ def _flag_closed(header: memoryview, owner_pid: int) -> None:
     """Owner going away (close, garbage collection or exit): tell attached writers."""
     try:
         if os.getpid() == owner_pid:
-            header[_CLOSED] = 1
+            header[CLOSED] = 1
     finally:
         header.release()
 
@@ -240,16 +288,16 @@ class ReplayRing:
         capacity = check_positive_int("capacity", capacity)
         if not isinstance(layout, ReplayLayout):
             raise ValueError(f"layout must be a ReplayLayout, got {type(layout).__name__}")
-        record = _layout_record(layout, capacity)
-        size = _HEADER_BYTES + capacity * layout.row_nbytes + layout.side_nbytes + len(record)
+        record = layout_record(layout, capacity)
+        size = HEADER_BYTES + capacity * layout.row_nbytes + layout.side_nbytes + len(record)
         segment = Segment.create(size, prefix=prefix)
         try:
             segment.buf[segment.size - len(record) :] = record
-            header = np.frombuffer(segment.buf, dtype=np.int64, count=_HEADER_INTS)
-            header[_CAPACITY], header[_WIDTH], header[_RECORD_BYTES] = capacity, layout.width, len(record)
-            header[_OWNER_PID], header[_OWNER_PIDNS] = os.getpid(), pid_namespace()
-            header[_VERSION] = _VERSION_VALUE
-            header[_MAGIC] = _MAGIC_VALUE
+            header = np.frombuffer(segment.buf, dtype=np.int64, count=HEADER_INTS)
+            header[CAPACITY], header[WIDTH], header[RECORD_BYTES] = capacity, layout.width, len(record)
+            header[OWNER_PID], header[OWNER_PIDNS] = os.getpid(), pid_namespace()
+            header[VERSION] = _VERSION_VALUE
+            header[MAGIC] = _MAGIC_VALUE
             del header
         except BaseException:
             segment.close()
@@ -283,17 +331,17 @@ class ReplayRing:
         segment = Segment.attach(handle.name, read_only=read_only)
         try:
             prefix = f"shared replay segment {handle.name!r} does not match its handle"
-            if segment.size < _HEADER_BYTES:
+            if segment.size < HEADER_BYTES:
                 raise ValueError(f"{prefix}: it has {segment.size} bytes, less than a replay header")
-            header = np.frombuffer(segment.buf, dtype=np.int64, count=_HEADER_INTS)
-            magic, version, nrecord = int(header[_MAGIC]), int(header[_VERSION]), int(header[_RECORD_BYTES])
-            closed = bool(header[_CLOSED])
+            header = np.frombuffer(segment.buf, dtype=np.int64, count=HEADER_INTS)
+            magic, version, nrecord = int(header[MAGIC]), int(header[VERSION]), int(header[RECORD_BYTES])
+            closed = bool(header[CLOSED])
             del header
             if magic != _MAGIC_VALUE:
                 raise ValueError(f"{prefix}: it is not a unilab-gym replay segment")
             if version != _VERSION_VALUE:
                 raise ValueError(f"{prefix}: format version {version}, this unilab-gym reads {_VERSION_VALUE}")
-            if not 0 < nrecord <= segment.size - _HEADER_BYTES:
+            if not 0 < nrecord <= segment.size - HEADER_BYTES:
                 raise ValueError(f"{prefix}: its layout record is missing")
             try:
                 record = json.loads(bytes(segment.buf[segment.size - nrecord :]))
@@ -302,7 +350,7 @@ class ReplayRing:
             mismatch = _layout_mismatch(record, handle.layout, handle.capacity)
             if mismatch is not None:
                 raise ValueError(f"{prefix}: {mismatch}")
-            expected = _HEADER_BYTES + handle.capacity * handle.layout.row_nbytes + handle.layout.side_nbytes + nrecord
+            expected = HEADER_BYTES + handle.capacity * handle.layout.row_nbytes + handle.layout.side_nbytes + nrecord
             if segment.size != expected:
                 raise ValueError(f"{prefix}: it has {segment.size} bytes, its layout needs {expected}")
             if closed:
@@ -326,23 +374,23 @@ class ReplayRing:
         self._layout = layout
         self._capacity = capacity
         self._handle = ReplayHandle(segment.name, layout, capacity)
-        self._header = np.frombuffer(segment.buf, dtype=np.int64, count=_HEADER_INTS)
-        table = self._header[_PREAMBLE:].reshape(4, MAX_SLOTS)
+        self._header = np.frombuffer(segment.buf, dtype=np.int64, count=HEADER_INTS)
+        table = self._header[PREAMBLE:].reshape(4, MAX_SLOTS)
         self._state, self._start, self._stop, self._spid = table  # numpy views: vector ops
-        self._h = segment.buf[:_HEADER_BYTES].cast("q")  # same ints, fast scalar access
+        self._h = segment.buf[:HEADER_BYTES].cast("q")  # same ints, fast scalar access
         # the owner flags the segment closed before it is unlinked, however it goes away
         self._closer = (
-            weakref.finalize(self, _flag_closed, segment.buf[:_HEADER_BYTES].cast("q"), os.getpid())
+            weakref.finalize(self, _flag_closed, segment.buf[:HEADER_BYTES].cast("q"), os.getpid())
             if segment.owner
             else None
         )
         self._block = np.frombuffer(
-            segment.buf, dtype=layout.word_dtype, count=capacity * layout.width, offset=_HEADER_BYTES
+            segment.buf, dtype=layout.word_dtype, count=capacity * layout.width, offset=HEADER_BYTES
         ).reshape(capacity, layout.width)
         self._pid = os.getpid()
-        self._owner_pid = int(self._header[_OWNER_PID])
-        self._owner_pid_visible = int(self._header[_OWNER_PIDNS]) == pid_namespace()
-        # attachers check the owner at their first add / sample, then every _OWNER_CHECK_EVERY
+        self._owner_pid = int(self._header[OWNER_PID])
+        self._owner_pid_visible = int(self._header[OWNER_PIDNS]) == pid_namespace()
+        # attachers check the owner at their first add / sample, then every OWNER_CHECK_EVERY
         self._owner_countdown = 2**62 if segment.owner else 1
         self._lock = SegmentLock(segment)
         # per-field views of the whole block (flattened to (capacity, size) / (capacity,)): a write is
@@ -442,7 +490,7 @@ class ReplayRing:
     def reserved(self) -> int:
         """Rows ever reserved (``head``, the next sequence number)."""
         self._check_open()
-        return self._h[_HEAD]
+        return self._h[HEAD]
 
     @property
     def oldest(self) -> int:
@@ -455,7 +503,7 @@ class ReplayRing:
         ring holds fewer rows (see :attr:`final_obs_evictions` and :func:`final_obs_capacity_for`).
         """
         with self._lock:
-            return max(0, self._h[_HEAD] - self._capacity, self._h[_FLOOR])
+            return max(0, self._h[HEAD] - self._capacity, self._h[FLOOR])
 
     @property
     def final_obs_evictions(self) -> int:
@@ -468,13 +516,13 @@ class ReplayRing:
         reset to 0 by :meth:`reset`.
         """
         self._check_open()
-        return self._h[_EVICTED]
+        return self._h[EVICTED]
 
     @property
     def committed(self) -> int:
         """Rows ever committed (a monotonic count; reset by :meth:`reset`)."""
         self._check_open()
-        return self._h[_COMMITTED]
+        return self._h[COMMITTED]
 
     def __len__(self) -> int:
         """Number of rows that :meth:`sample` may return right now."""
@@ -509,9 +557,9 @@ class ReplayRing:
 
         Gone means: its pid no longer runs (or is a zombie), when it lives in our pid namespace,
         or the segment name no longer resolves to our segment (unlinked by the owner's resource
-        tracker, or re-created). About 10 us; called every ``_OWNER_CHECK_EVERY`` operations.
+        tracker, or re-created). About 10 us; called every ``OWNER_CHECK_EVERY`` operations.
         """
-        self._owner_countdown = _OWNER_CHECK_EVERY
+        self._owner_countdown = OWNER_CHECK_EVERY
         pid = self._owner_pid
         if self._owner_pid_visible and not pid_alive(pid):
             why = f"its process (pid {pid}) has exited"
@@ -562,7 +610,7 @@ class ReplayRing:
         slot = self._claim(n)
         if isinstance(slot, str):
             return slot
-        head = self._h[_START + slot]
+        head = self._h[SLOT_START + slot]
         return Reservation(head, n, slot, self._pieces(head % self._capacity, n))
 
     def _pieces(self, lo: int, n: int) -> tuple[tuple[int, int, int, int], ...]:
@@ -578,12 +626,12 @@ class ReplayRing:
         Returns the slot, or a string saying why the rows cannot be taken yet.
         """
         h = self._h
-        if h[_CLOSED]:
+        if h[CLOSED]:
             raise ReplayClosedError(f"shared replay segment {self.name!r} was closed by its owner")
         self._owner_countdown -= 1
         if self._owner_countdown <= 0:
             self._check_owner()
-        head = h[_HEAD]
+        head = h[HEAD]
         if self._state.tobytes() == _ALL_FREE:
             slot = 0  # fast path: no reservation in flight, no abandoned range
         else:
@@ -591,9 +639,9 @@ class ReplayRing:
             if isinstance(got, str):
                 return got
             slot = got
-        h[_START + slot], h[_STOP + slot], h[_PID + slot] = head, head + n, self._pid
-        h[_STATE + slot] = _WRITING  # recorded before head moves (see module docstring)
-        h[_HEAD] = head + n
+        h[SLOT_START + slot], h[SLOT_STOP + slot], h[SLOT_PID + slot] = head, head + n, self._pid
+        h[SLOT_STATE + slot] = SLOT_WRITING  # recorded before head moves (see module docstring)
+        h[HEAD] = head + n
         return slot
 
     def _reserve_slow(self, head: int, n: int) -> int | str:
@@ -601,21 +649,21 @@ class ReplayRing:
         state, start, stop, spid = self._state, self._start, self._stop, self._spid
         # A WRITING slot at or beyond head belongs to a writer killed inside reserve (it holds
         # the lock while doing so): nothing was written there.
-        state[(state == _WRITING) & (start >= head)] = _FREE
+        state[(state == SLOT_WRITING) & (start >= head)] = SLOT_FREE
         overwritten_below = head + n - self._capacity  # rows with seq < this get overwritten
-        for i in np.flatnonzero((state == _WRITING) & (start < overwritten_below)):
+        for i in np.flatnonzero((state == SLOT_WRITING) & (start < overwritten_below)):
             if pid_alive(int(spid[i])):
                 return f"rows [{start[i]}, {stop[i]}) are still being written by pid {spid[i]}"
-            state[i] = _ABORTED
+            state[i] = SLOT_ABORTED
         # ABORTED ranges that leave the window with this reservation are recycled.
-        state[(state == _ABORTED) & (stop <= overwritten_below)] = _FREE
-        free = np.flatnonzero(state == _FREE)
+        state[(state == SLOT_ABORTED) & (stop <= overwritten_below)] = SLOT_FREE
+        free = np.flatnonzero(state == SLOT_FREE)
         if free.size:
             return int(free[0])
-        for i in np.flatnonzero(state == _WRITING):
+        for i in np.flatnonzero(state == SLOT_WRITING):
             if not pid_alive(int(spid[i])):
-                state[i] = _ABORTED
-        aborted = np.flatnonzero(state == _ABORTED)
+                state[i] = SLOT_ABORTED
+        aborted = np.flatnonzero(state == SLOT_ABORTED)
         if aborted.size >= 2:
             # Merge the two closest abandoned ranges into one hole: the committed rows between
             # them are hidden until overwritten (fewer rows to sample, never a bad one).
@@ -623,13 +671,13 @@ class ReplayRing:
             k = int(np.argmin(start[aborted[1:]] - stop[aborted[:-1]]))
             keep, drop = aborted[k], aborted[k + 1]
             stop[keep] = max(stop[keep], stop[drop])
-            state[drop] = _FREE
+            state[drop] = SLOT_FREE
             return int(drop)
         return f"all {MAX_SLOTS} reservation slots are in use (too many concurrent writers)"
 
     def _check_in_flight(self, res: Reservation) -> None:
         h, i = self._h, res.slot
-        if h[_STATE + i] != _WRITING or h[_START + i] != res.start or h[_STOP + i] != res.start + res.n:
+        if h[SLOT_STATE + i] != SLOT_WRITING or h[SLOT_START + i] != res.start or h[SLOT_STOP + i] != res.start + res.n:
             raise RuntimeError(
                 f"reservation of rows [{res.start}, {res.start + res.n}) in replay {self.name!r} is not "
                 "in flight (already committed or aborted, abandoned as dead, or the replay was reset)"
@@ -643,8 +691,8 @@ class ReplayRing:
         self._check_writable()
         with self._lock:
             self._check_in_flight(res)
-            self._h[_STATE + res.slot] = _FREE
-            self._h[_COMMITTED] += res.n
+            self._h[SLOT_STATE + res.slot] = SLOT_FREE
+            self._h[COMMITTED] += res.n
 
     def abort(self, res: Reservation) -> None:
         """Give up ``res``: its rows are never sampled (until overwritten by later adds).
@@ -654,7 +702,7 @@ class ReplayRing:
         self._check_writable()
         with self._lock:
             self._check_in_flight(res)
-            self._h[_STATE + res.slot] = _ABORTED
+            self._h[SLOT_STATE + res.slot] = SLOT_ABORTED
 
     def _write(self, res: Reservation, cols: list[tuple[np.ndarray, Any]]) -> None:
         n = res.n
@@ -683,7 +731,7 @@ class ReplayRing:
             with self._lock:
                 slot = self._claim(n)
                 if isinstance(slot, int):
-                    start = h[_START + slot]
+                    start = h[SLOT_START + slot]
                     lo = start % self._capacity
                     try:
                         if lo + n <= self._capacity:
@@ -692,10 +740,10 @@ class ReplayRing:
                         else:
                             self._write(Reservation(start, n, slot, self._pieces(lo, n)), cols)
                     except BaseException:
-                        h[_STATE + slot] = _ABORTED
+                        h[SLOT_STATE + slot] = SLOT_ABORTED
                         raise
-                    h[_STATE + slot] = _FREE
-                    h[_COMMITTED] += n
+                    h[SLOT_STATE + slot] = SLOT_FREE
+                    h[COMMITTED] += n
                     if after is not None:
                         after(start)
                     return start
@@ -716,11 +764,11 @@ class ReplayRing:
     def _valid_intervals(self) -> tuple[int, int, np.ndarray, np.ndarray]:
         """Under the lock: ``(generation, head, starts, lengths)`` of the valid set."""
         h = self._h
-        head = h[_HEAD]
-        lo = max(0, head - self._capacity, h[_FLOOR])
+        head = h[HEAD]
+        lo = max(0, head - self._capacity, h[FLOOR])
         if self._state.tobytes() == _ALL_FREE:
-            return h[_GENERATION], head, np.array([lo], np.int64), np.array([head - lo], np.int64)
-        busy = self._state != _FREE
+            return h[GENERATION], head, np.array([lo], np.int64), np.array([head - lo], np.int64)
+        busy = self._state != SLOT_FREE
         holes = np.stack([self._start[busy], self._stop[busy]], axis=1)
         np.clip(holes, lo, head, out=holes)
         holes = holes[np.argsort(holes[:, 0], kind="stable")]
@@ -735,7 +783,7 @@ class ReplayRing:
             starts.append(cursor)
             lengths.append(head - cursor)
         return (
-            h[_GENERATION],
+            h[GENERATION],
             head,
             np.asarray(starts, np.int64).reshape(-1),
             np.asarray(lengths, np.int64).reshape(-1),
@@ -750,18 +798,18 @@ class ReplayRing:
         """
         self._check_writable()
         with self._lock:
-            for i in np.flatnonzero(self._state == _WRITING):
+            for i in np.flatnonzero(self._state == SLOT_WRITING):
                 if pid_alive(int(self._spid[i])):
                     raise RuntimeError(
                         f"cannot reset replay {self.name!r}: pid {self._spid[i]} is writing rows "
                         f"[{self._start[i]}, {self._stop[i]})"
                     )
-            self._header[_PREAMBLE:] = 0
-            self._header[_HEAD] = 0
-            self._header[_COMMITTED] = 0
-            self._header[_GENERATION] += 1
-            self._header[_FINAL_HEAD] = 0
-            self._header[_FLOOR] = self._header[_EVICTED] = 0
+            self._header[PREAMBLE:] = 0
+            self._header[HEAD] = 0
+            self._header[COMMITTED] = 0
+            self._header[GENERATION] += 1
+            self._header[FINAL_HEAD] = 0
+            self._header[FLOOR] = self._header[EVICTED] = 0
             self._on_reset()
 
     def fill(self) -> None:
@@ -778,12 +826,12 @@ class ReplayRing:
         self._check_writable()
         with self._lock:
             h = self._h
-            if h[_HEAD] >= self._capacity:
+            if h[HEAD] >= self._capacity:
                 return
             if self._state.tobytes() != _ALL_FREE:
                 raise RuntimeError(f"cannot fill replay {self.name!r}: reservations are in flight or abandoned")
-            h[_HEAD] = self._capacity
-            h[_COMMITTED] = self._capacity
+            h[HEAD] = self._capacity
+            h[COMMITTED] = self._capacity
 
     # ---- life cycle ------------------------------------------------------------------------------
     def close(self) -> None:

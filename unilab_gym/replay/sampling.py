@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from unilab_gym.replay.ring import _GENERATION, _HEAD, ReplayRing
+from unilab_gym.replay.ring import GENERATION, HEAD, ReplayRing
 from unilab_gym.replay.status import status_of
 from unilab_gym.validation import check_positive_int
 
-__all__ = ["SamplingRing"]
+__all__ = ["MAX_SAMPLE_ROUNDS", "SamplingRing"]
 
-_MAX_SAMPLE_ROUNDS = 100  # redraw rounds before a sample gives up (a ring far too small)
+#: redraw rounds before a sample gives up (a ring far too small); the optimized layout's sampler uses it too.
+MAX_SAMPLE_ROUNDS = 100
 
 
 class SamplingRing(ReplayRing):
@@ -100,8 +101,8 @@ class SamplingRing(ReplayRing):
         """
         seq = np.asarray(seq, dtype=np.int64)
         with self._lock:
-            head = self._h[_HEAD]
-            current = self._h[_GENERATION]
+            head = self._h[HEAD]
+            current = self._h[GENERATION]
         if generation is not None and generation != current:
             return np.ones(seq.shape, dtype=bool)
         return seq < head - self._capacity
@@ -126,7 +127,7 @@ class SamplingRing(ReplayRing):
         """
         generation, seq = self._draw(batch_size, rng)
         out = self.gather(seq, out)
-        for _ in range(_MAX_SAMPLE_ROUNDS):
+        for _ in range(MAX_SAMPLE_ROUNDS):
             bad = self.overwritten(seq, generation)
             if not bad.any():
                 return seq, out
@@ -140,7 +141,7 @@ class SamplingRing(ReplayRing):
                 out[bad] = self._block.take(fresh % self._capacity, axis=0)
                 # rows drawn before may have aged meanwhile: the loop re-checks all of them
         raise RuntimeError(
-            f"replay {self.name!r}: rows were overwritten during {_MAX_SAMPLE_ROUNDS} sampling rounds; "
+            f"replay {self.name!r}: rows were overwritten during {MAX_SAMPLE_ROUNDS} sampling rounds; "
             "the capacity is far too small for the write rate"
         )
 
@@ -216,7 +217,7 @@ class SamplingRing(ReplayRing):
         """
         seq = np.asarray(seq, dtype=np.int64)
         with self._lock:
-            generation = self._h[_GENERATION]
+            generation = self._h[GENERATION]
         fields = self._layout.unpack(self.gather(seq))
         return fields, ~self.overwritten(seq, generation)
 

@@ -32,22 +32,20 @@ from unilab_gym.replay.layout import ReplayLayout
 from unilab_gym.replay.lock import ReplayClosedError, ReplayOwnerGoneError, pid_alive
 from unilab_gym.replay.persistence import RingState, checked_state, state_dict
 from unilab_gym.replay.ring import (
-    _ABORTED,
-    _COMMITTED,
-    _FREE,
-    _GENERATION,
-    _HEAD,
-    _PREAMBLE,
-    _WRITING,
+    COMMITTED,
+    GENERATION,
+    HEAD,
+    HEADER_BYTES,
     MAX_SLOTS,
+    OWNER_CHECK_EVERY,
+    PREAMBLE,
+    SLOT_ABORTED,
+    SLOT_FREE,
+    SLOT_WRITING,
     ReplayHandle,
     Reservation,
+    layout_record,
 )
-
-# re-exported: tests/test_docs.py and tests/test_replay_integrity.py read these as storage.<name>
-from unilab_gym.replay.ring import _HEADER_BYTES as _HEADER_BYTES
-from unilab_gym.replay.ring import _OWNER_CHECK_EVERY as _OWNER_CHECK_EVERY
-from unilab_gym.replay.ring import _layout_record as _layout_record
 from unilab_gym.replay.sampling import SamplingRing
 from unilab_gym.shm import DEFAULT_PREFIX, Segment, SegmentNotFoundError
 from unilab_gym.validation import check_positive_int, check_real_array
@@ -60,8 +58,13 @@ __all__ = [
     "ReplayStorage",
     "Reservation",
     "SegmentNotFoundError",
+    "as_column",
     "final_obs_capacity_for",
 ]
+
+#: the names this module had before the header table moved to :mod:`unilab_gym.replay.ring` (read by code and
+#: tests of 0.1 as ``storage._HEADER_BYTES``, ...): the same objects.
+_HEADER_BYTES, _OWNER_CHECK_EVERY, _layout_record = HEADER_BYTES, OWNER_CHECK_EVERY, layout_record
 
 
 def final_obs_capacity_for(capacity: int, min_episode_length: int, streams: int) -> int:
@@ -107,8 +110,16 @@ def _as_rows(name: str, value: Any, n: int, dim: int, shape: tuple[int, ...] | N
     return arr
 
 
-def _as_column(name: str, value: Any, n: int) -> np.ndarray:
-    """Validate a length-``n`` real-valued vector (``(n,)`` or ``(n, 1)``)."""
+def as_column(name: str, value: Any, n: int) -> np.ndarray:
+    """``value`` as a real ``(n,)`` vector: one value per row of an add (``(n, 1)`` is accepted and flattened).
+
+    Used by :meth:`ReplayStorage.add` and the optimized layout's add (:mod:`~unilab_gym.replay.linking`) for
+    ``reward``, ``terminated`` and ``truncated``.
+
+    Raises:
+        ValueError: not an array of real numbers (:func:`~unilab_gym.validation.check_real_array`), or another
+            shape (the message names ``name`` and the shape).
+    """
     arr = check_real_array(name, value)
     if arr.shape != (n,):
         if arr.shape == (n, 1):
@@ -284,9 +295,9 @@ class ReplayStorage(SamplingRing):
         L, w, c = self._layout, self._writes, self._columns
         cols: list[tuple[Any, Any]] = [
             (c.action, _as_rows("action", action, n, L.act_dim, L.act_spec[0])),
-            (c.reward, _as_column("reward", reward, n)),
-            (c.terminated, _as_column("terminated", terminated, n)),
-            (c.truncated, _as_column("truncated", truncated, n)),
+            (c.reward, as_column("reward", reward, n)),
+            (c.terminated, as_column("terminated", terminated, n)),
+            (c.truncated, as_column("truncated", truncated, n)),
         ]
         if L.extras:
             if extra is None:
@@ -338,11 +349,11 @@ class ReplayStorage(SamplingRing):
     # ---- saved copies ---------------------------------------------------------------------------
     def _snapshot(self) -> RingState:
         """Under the lock: a copy of the ring's contents (rows being written become holes)."""
-        head = int(self._header[_HEAD])
-        busy = self._state != _FREE
+        head = int(self._header[HEAD])
+        busy = self._state != SLOT_FREE
         holes = np.stack([self._start[busy], self._stop[busy]], axis=1)
         rows = self._block[: min(head, self._capacity)].copy()
-        return RingState(self._layout, self._capacity, head, int(self._header[_COMMITTED]), holes, rows)
+        return RingState(self._layout, self._capacity, head, int(self._header[COMMITTED]), holes, rows)
 
     def _restore(self, saved: RingState) -> None:
         """Write ``saved`` into the header and block (under the lock, or into a new segment).
@@ -350,10 +361,10 @@ class ReplayStorage(SamplingRing):
         The slot table must be all free.
         """
         for slot, (lo, hi) in enumerate(saved.holes):
-            self._state[slot], self._start[slot], self._stop[slot], self._spid[slot] = _ABORTED, lo, hi, 0
+            self._state[slot], self._start[slot], self._stop[slot], self._spid[slot] = SLOT_ABORTED, lo, hi, 0
         self._block[: saved.rows.shape[0]] = saved.rows
-        self._header[_HEAD] = saved.head
-        self._header[_COMMITTED] = saved.committed
+        self._header[HEAD] = saved.head
+        self._header[COMMITTED] = saved.committed
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Replace this storage's transitions, in place, with a copy made by :meth:`to_state`.
@@ -378,15 +389,15 @@ class ReplayStorage(SamplingRing):
             )
         self._check_writable()
         with self._lock:
-            for i in np.flatnonzero(self._state == _WRITING):
+            for i in np.flatnonzero(self._state == SLOT_WRITING):
                 if pid_alive(int(self._spid[i])):
                     raise RuntimeError(
                         f"cannot load into replay {self.name!r}: pid {self._spid[i]} is writing rows "
                         f"[{self._start[i]}, {self._stop[i]})"
                     )
-            self._header[_PREAMBLE:] = 0  # the slot table: every slot free, then the copy's holes
+            self._header[PREAMBLE:] = 0  # the slot table: every slot free, then the copy's holes
             self._restore(saved)
-            self._header[_GENERATION] += 1
+            self._header[GENERATION] += 1
 
     def to_state(self) -> dict[str, Any]:
         """A plain, picklable copy (no shared memory): layout, counters, holes, used rows, checksum.

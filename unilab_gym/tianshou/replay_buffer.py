@@ -374,7 +374,8 @@ def _checksummed(state: dict[str, Any]) -> list[Any]:
         state["_lengths"],
         state["last_index"],
     ]
-    parts.append([(int(b._insertion_idx), int(b._size)) for b in state["buffers"]])
+    # a sub-buffer's write position has no public name in Tianshou (ReplayBuffer._insertion_idx); len() is its size
+    parts.append([(int(b._insertion_idx), len(b)) for b in state["buffers"]])
     for key in sorted(meta.get_keys()):
         value = meta[key]
         if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
