@@ -122,15 +122,23 @@ class CollectorSpec:
     policy: tuple[str, int]
     writer: Writer
     env_id: str | None = None
-    env_fn: Callable[[int], Any] | None = None
+    env_fn: Callable[[int], VectorEnv] | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     parent_pid: int = 0
+
+
+class Closable(Protocol):
+    """What a collector process opens and closes when it ends: its env, its shared-memory views."""
+
+    def close(self) -> None:
+        """Release it."""
+        ...
 
 
 class MessageSink(Protocol):
     """Where a collector sends its reports to the learner: a ``multiprocessing`` pipe end, or an :class:`Outbox`."""
 
-    def send(self, message: Any) -> None:
+    def send(self, message: tuple[Any, ...]) -> None:
         """Queue ``message`` (a picklable tuple such as ``("episodes", returns, lengths)``) for the learner."""
         ...
 
@@ -187,7 +195,11 @@ def make_vector_env(spec: CollectorSpec, autoreset_mode: str | None = None) -> V
     )
 
 
-def obs_tensor(obs: Any) -> Any:
+#: a batch of observations: one array, or one per key of a ``Dict`` observation (``privileged_obs=True``).
+Observations = np.ndarray | dict[str, np.ndarray]
+
+
+def obs_tensor(obs: Observations) -> torch.Tensor | dict[str, torch.Tensor]:
     """A batch of observations as float32 torch, as SB3 feeds its policies.
 
     One tensor, or a dict of them for a ``Dict`` observation (``privileged_obs=True``).
@@ -199,19 +211,19 @@ def obs_tensor(obs: Any) -> Any:
     return torch.as_tensor(np.asarray(obs, np.float32))
 
 
-def obs_rows(obs: Any, index: Any) -> Any:
+def obs_rows(obs: Observations, index: int | slice | np.ndarray) -> Observations:
     """``obs[index]`` of a batch of observations (of each key's array for a ``Dict`` observation)."""
     return {k: v[index] for k, v in obs.items()} if isinstance(obs, dict) else obs[index]
 
 
-def obs_copy(obs: Any) -> Any:
+def obs_copy(obs: Observations) -> Observations:
     """A float32 copy of a batch of observations (of each key's array for a ``Dict`` observation)."""
     if isinstance(obs, dict):
         return {k: np.array(v, np.float32, copy=True) for k, v in obs.items()}
     return np.array(obs, np.float32, copy=True)
 
 
-def autoreset_mode_of(env: Any) -> str:
+def autoreset_mode_of(env: VectorEnv | FiniteCheckedEnv) -> str:
     """The env's autoreset mode as a string (``"NextStep"``, ``"SameStep"`` or ``"Disabled"``)."""
     mode = env.metadata.get("autoreset_mode", "NextStep")
     return str(getattr(mode, "value", mode))
@@ -319,7 +331,7 @@ class FiniteCheckedEnv:
     :ivar steps: ``env.step`` calls so far.
     """
 
-    def __init__(self, env: Any, collector: int):
+    def __init__(self, env: VectorEnv, collector: int):
         """Wrap ``env`` (arguments: see the class docstring)."""
         self.env = env
         self.collector = collector
@@ -407,7 +419,7 @@ class Collector:
     def __init__(
         self,
         spec: CollectorSpec,
-        env: Any,
+        env: VectorEnv,
         policy: torch.nn.Module,
         weights: WeightsReader,
         control: CounterTable,
@@ -424,7 +436,7 @@ class Collector:
             conn: where the collector's reports to the learner go.
         """
         self.spec, self.policy, self.conn = spec, policy, conn
-        self.env: Any = FiniteCheckedEnv(env, spec.index)  # shared by the Ray collectors (StagedCollector)
+        self.env = FiniteCheckedEnv(env, spec.index)  # shared by the Ray collectors (StagedCollector)
         self._control = control
         self.row = control.rows[spec.index]
         self.version = 0
@@ -439,8 +451,8 @@ class Collector:
         metrics = control.metrics[spec.index]
         self._weight_sync = LatencyHistogram(metrics[WEIGHT_SYNC_LATENCY])
         base = env.unwrapped
-        if getattr(base, "step_latency", None) is not None:
-            base.step_latency = StepLatency(metrics[STEP_LATENCY])
+        if getattr(base, "step_latency", None) is not None:  # a UniLabVectorEnv (or an env that keeps one)
+            base.step_latency = StepLatency(metrics[STEP_LATENCY])  # type: ignore[attr-defined]  # not VectorEnv's
         self._ready_ns = time.monotonic_ns()
         self.row[PROGRESS_NS] = self._ready_ns
         self.row[READY] = 1
@@ -537,7 +549,7 @@ def collector_main(
     spec = replace(spec, parent_pid=die_with_parent(spec.parent_pid))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a Ctrl-C that arrived while starting (blocked till now)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    opened: list[Any] = []  # closed in reverse order, after the learner has been told of any error
+    opened: list[Closable] = []  # closed in reverse order, after the learner has been told of any error
     code = 0
     try:
         _run(spec, weights_handle, control_handle, conn, opened)
@@ -560,7 +572,7 @@ def _run(
     weights_handle: WeightsHandle,
     control_handle: CountersHandle,
     conn: Connection,
-    opened: list[Any],
+    opened: list[Closable],
 ) -> None:
     import torch
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from unilab_gym.runtime.collector import Collector, CollectorSpec, Outbox, make_vector_env
 from unilab_gym.runtime.counters import PROGRESS, PROGRESS_NS, CounterTable
@@ -62,6 +63,10 @@ from unilab_gym.runtime.weights import LocalWeights
 
 if TYPE_CHECKING:
     import torch
+    from gymnasium.vector import VectorEnv
+
+#: numpy's legacy global random state, as ``np.random.get_state()`` returns it (a tuple, or a dict when legacy=False).
+NumpyState = dict[str, Any] | tuple[str, NDArray[np.uint32], int, int, float]
 
 #: Most rounds of :meth:`InlineCollectorPool.wait` (one loop iteration of each collector, e.g. one vector-env
 #: step) before the learner gets control back (its callbacks, metrics and fault checks).
@@ -80,27 +85,26 @@ class _RandomStreams:
 
     def __init__(self, seed: int):
         self.seed = seed
-        self._torch: Any = None
-        self._numpy: Any = None
+        self._states: tuple[torch.Tensor, NumpyState] | None = None  # (torch, numpy) after its last turn
 
-    def enter(self) -> tuple[Any, Any]:
+    def enter(self) -> tuple[torch.Tensor, NumpyState]:
         """Make the collector's states current; return the learner's, for :meth:`leave`."""
         import torch
 
         saved = (torch.get_rng_state(), np.random.get_state())
-        if self._torch is None:
+        if self._states is None:
             torch.default_generator.manual_seed(self.seed)  # the CPU stream only: the learner's CUDA ones stay
             np.random.seed(self.seed % 2**32)
         else:
-            torch.set_rng_state(self._torch)
-            np.random.set_state(self._numpy)
+            torch.set_rng_state(self._states[0])
+            np.random.set_state(self._states[1])
         return saved
 
-    def leave(self, saved: tuple[Any, Any]) -> None:
+    def leave(self, saved: tuple[torch.Tensor, NumpyState]) -> None:
         """Keep the collector's states for its next turn, restore the learner's ``saved``."""
         import torch
 
-        self._torch, self._numpy = torch.get_rng_state(), np.random.get_state()
+        self._states = (torch.get_rng_state(), np.random.get_state())
         torch.set_rng_state(saved[0])
         np.random.set_state(saved[1])
 
@@ -200,7 +204,7 @@ class InlineCollector(Collector):
     """
 
     def __init__(
-        self, spec: CollectorSpec, env: Any, policy: torch.nn.Module, pool: InlineCollectorPool, turns: _Turns
+        self, spec: CollectorSpec, env: VectorEnv, policy: torch.nn.Module, pool: InlineCollectorPool, turns: _Turns
     ):
         """A collector on ``pool``'s counters, weights and outbox, stepped in ``turns``."""
         super().__init__(spec, env, policy, pool.weights, pool.control, pool.outboxes[spec.index])
@@ -255,7 +259,8 @@ class InlineCollectorPool(CollectorPool):
         self._streams = [_RandomStreams(setup.torch_seed(c, 0)) for c in range(setup.num_collectors)]
         self._lock = threading.Lock()  # one thread drives the collectors at a time
         self._first = 0  # the collector that starts the next round
-        self._interrupted: tuple[int, Any] | None = None  # (collector, learner's streams) of a turn a Ctrl-C left
+        # (collector, learner's streams) of a turn a Ctrl-C left
+        self._interrupted: tuple[int, tuple[torch.Tensor, NumpyState]] | None = None
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle

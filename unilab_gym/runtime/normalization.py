@@ -27,9 +27,17 @@ observations likewise, and with ``norm_reward`` rewards ``clip(r / sqrt(ret_var 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import numpy as np
+
+
+class RunningMoments(Protocol):
+    """What :meth:`Moments.merge_into` needs of a running estimate: SB3's ``RunningMeanStd`` has it."""
+
+    def update_from_moments(self, batch_mean: np.ndarray, batch_var: np.ndarray, batch_count: float) -> None:
+        """Merge a batch's mean, (population) variance and count into the estimate."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,7 @@ class Moments:
     mean: np.ndarray
     var: np.ndarray
 
-    def merge_into(self, running_mean_std: Any) -> None:
+    def merge_into(self, running_mean_std: RunningMoments) -> None:
         """Merge into an SB3 ``RunningMeanStd`` (the parallel update of Chan et al.); nothing if empty."""
         if self.count > 0:
             running_mean_std.update_from_moments(self.mean, self.var, self.count)

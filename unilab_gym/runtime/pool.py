@@ -62,6 +62,9 @@ from unilab_gym.runtime.counters import (
 from unilab_gym.runtime.errors import CollectorError
 
 if TYPE_CHECKING:
+    import torch
+    from gymnasium.vector import VectorEnv
+
     from unilab_gym.runtime.collector import Writer
     from unilab_gym.runtime.normalization import Moments
 
@@ -161,11 +164,11 @@ class CollectorSetup:
     num_collectors: int
     envs_per_collector: int
     seed: int
-    policy: Any
+    policy: torch.nn.Module
     weights_size: int
     writers: tuple[Writer, ...]
     env_id: str | None = None
-    env_fn: Callable[[int], Any] | None = None
+    env_fn: Callable[[int], VectorEnv] | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_restarts: int = 0
     collector_timeout_s: float = 60.0

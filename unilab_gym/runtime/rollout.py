@@ -30,12 +30,45 @@ is a copy and returns / advantages come from SB3's own code.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from unilab_gym.shm import Segment
 from unilab_gym.validation import check_positive_int
+
+if TYPE_CHECKING:
+    import torch
+
+
+class RolloutBufferLike(Protocol):
+    """What :meth:`RolloutStorage.fill` writes into: SB3's ``RolloutBuffer`` and ``DictRolloutBuffer`` have it.
+
+    Arrays of shape ``(buffer_size, n_envs, ...)``; ``observations`` is one per key for a ``Dict`` observation.
+    """
+
+    buffer_size: int
+    pos: int
+    full: bool
+    actions: np.ndarray
+    rewards: np.ndarray
+    episode_starts: np.ndarray
+    values: np.ndarray
+    log_probs: np.ndarray
+
+    @property
+    def observations(self) -> np.ndarray | dict[str, np.ndarray]:
+        """The observations, ``(buffer_size, n_envs, *obs_shape)`` (one array per key of a ``Dict``)."""
+        ...
+
+    def reset(self) -> None:
+        """Empty the buffer."""
+        ...
+
+    def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray) -> None:
+        """GAE returns and advantages of the buffer's rollout, from the value after it and its last dones."""
+        ...
+
 
 SLOTS = 2
 
@@ -180,21 +213,30 @@ class RolloutStorage:
         """What :meth:`attach` needs to map this storage in another process (picklable)."""
         return self._handle
 
-    def fill(self, buffer: Any, slot: int) -> None:
+    def fill(self, buffer: RolloutBufferLike, slot: int) -> None:
         """Copy slot ``slot`` into SB3's ``RolloutBuffer`` (``DictRolloutBuffer``), compute its returns and advantages.
 
         ``buffer`` must have ``buffer_size == n_steps`` and ``n_envs == n_envs``. It is reset, then
         holds the rollout as if ``buffer.add`` had been called ``n_steps`` times, then
         ``buffer.compute_returns_and_advantage(last_values, last_dones)`` runs (SB3's own GAE).
+
+        Raises:
+            TypeError: ``buffer`` holds one observation array and this storage one per key, or the reverse.
         """
         import torch
 
         buffer.reset()
-        if isinstance(self.observations, dict):  # SB3's DictRolloutBuffer
-            for key, array in self.observations.items():
-                buffer.observations[key][:] = array[slot].reshape(buffer.observations[key].shape)
+        target, source = buffer.observations, self.observations
+        if isinstance(target, dict) and isinstance(source, dict):  # SB3's DictRolloutBuffer
+            for key, array in source.items():
+                target[key][:] = array[slot].reshape(target[key].shape)
+        elif isinstance(target, np.ndarray) and isinstance(source, np.ndarray):
+            target[:] = source[slot].reshape(target.shape)
         else:
-            buffer.observations[:] = self.observations[slot].reshape(buffer.observations.shape)
+            raise TypeError(
+                f"buffer's observations ({type(target).__name__}) are not of this storage's kind "
+                f"({type(source).__name__}): a DictRolloutBuffer goes with Dict observations"
+            )
         for name in ("actions", "rewards", "episode_starts", "values", "log_probs"):
             getattr(buffer, name)[:] = getattr(self, name)[slot].reshape(getattr(buffer, name).shape)
         buffer.pos, buffer.full = buffer.buffer_size, True

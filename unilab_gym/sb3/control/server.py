@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 #: Environment variable that sets the token (else a random one is made).
 TOKEN_ENV = "UNILAB_CONTROL_TOKEN"
@@ -153,6 +153,41 @@ def write_token(directory: Path, token: str) -> Path:
     return token_file.path
 
 
+class ControlTarget(Protocol):
+    """What the API's routes call: a :class:`~unilab_gym.sb3.control.controller.Controller`, or a stand-in.
+
+    ``ControlCallback``'s stand-in forwards to its controller, and answers 503 until the callback has a model.
+    """
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The current values."""
+        ...
+
+    def set_hyperparameters(self, values: dict[str, Any], source: str = "python") -> dict[str, Any]:
+        """Apply ``values``; return the current values."""
+        ...
+
+    def hyperparameter_history(self) -> list[dict[str, Any]]:
+        """The changes, oldest first."""
+        ...
+
+    def snapshot(self, include_replay: bool = False) -> str:
+        """Take a snapshot; return its id."""
+        ...
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        """The snapshots, oldest first."""
+        ...
+
+    def restore(self, snapshot_id: str, source: str = "python") -> dict[str, Any]:
+        """Roll back to ``snapshot_id``; return the hyperparameters in force."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """The run's status."""
+        ...
+
+
 class _Target:
     """What the app's routes call, dropped on :meth:`ControlServer.close`.
 
@@ -160,11 +195,11 @@ class _Target:
     the routes must not close over the controller (and through it the model) themselves.
     """
 
-    def __init__(self, controller: Any, token: str):
-        self.controller: Any = controller
+    def __init__(self, controller: ControlTarget, token: str):
+        self.controller: ControlTarget | None = controller
         self.token: str | None = token
 
-    def get(self) -> Any:
+    def get(self) -> ControlTarget:
         if self.controller is None:
             raise TimeoutError("the control server is closed")
         return self.controller
@@ -177,7 +212,9 @@ class _Target:
         self.controller = self.token = None
 
 
-def make_app(controller: Any, token: str, metrics_app: Any = None) -> Any:  # no __future__ annotations: FastAPI
+def make_app(
+    controller: ControlTarget, token: str, metrics_app: Any = None
+) -> Any:  # no __future__ annotations: FastAPI
     """The FastAPI app over ``controller`` (a :class:`~unilab_gym.sb3.control.controller.Controller`).
 
     Args:
@@ -268,7 +305,7 @@ def _api_router(target: _Target) -> Any:
         if (body.values is None) == (body.name is None):
             field = "values" if body.name is None else "name"
             raise HTTPException(422, f"{field}: send either {{'name': ..., 'value': ...}} or {{'values': {{...}}}}")
-        values = body.values if body.values is not None else {body.name: body.value}
+        values = body.values if body.values is not None else {str(body.name): body.value}
         return target.get().set_hyperparameters(values, source="http")
 
     @api.get("/hyperparams/history")
@@ -324,7 +361,7 @@ class ControlServer:
 
     def __init__(
         self,
-        controller: Any,
+        controller: ControlTarget,
         port: int,
         addr: str = "127.0.0.1",
         *,

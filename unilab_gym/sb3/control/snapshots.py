@@ -40,7 +40,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.buffers import ReplayBuffer
 
 #: Flags every snapshot file is created with: a new file, never through a symbolic link.
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -207,7 +210,7 @@ class PreparedRestore:
     params: dict[str, Any]
     variables: dict[str, Any] | None
     replay_state: dict[str, Any] | None = None
-    replay_buffer: Any = None
+    replay_buffer: ReplayBuffer | None = None
     statistics: dict[str, Any] | None = None
 
 
