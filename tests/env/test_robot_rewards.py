@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import unilab_gym  # noqa: F401  (registers the ids)
-from unilab_gym.robots import A1, ROBOTS, RobotDescription, get_robot
+from unilab_gym.robots import A1, LAIKAGO, ROBOTS, RobotDescription, get_robot
 from unilab_gym.tasks.panda import PandaPickConfig, PickRewardWeights
 from unilab_gym.tasks.quadruped import QuadrupedConfig, RewardWeights
 
@@ -20,6 +20,15 @@ def _a1(**changes):
 def test_a1_has_no_overrides_and_its_task_keeps_the_default_weights():
     assert dict(A1.reward_weights) == {} and A1.joint_damping is None
     assert QuadrupedConfig().reward_weights == RewardWeights()
+
+
+def test_the_laikago_ships_its_own_torque_weight():
+    """The Laikago's overrides are valid term names of the Quadruped task and change its weights from the A1's."""
+    assert set(LAIKAGO.reward_weights) <= {f.name for f in dataclasses.fields(RewardWeights)}
+    weights = QuadrupedConfig(robot="laikago").reward_weights
+    for name, value in LAIKAGO.reward_weights.items():
+        assert getattr(weights, name) == value
+    assert weights != RewardWeights()
 
 
 def test_robot_overrides_apply_under_the_callers_weights():

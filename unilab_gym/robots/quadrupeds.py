@@ -59,7 +59,10 @@ ALIENGO = RobotDescription(
 #: (0, -0.6, 0.66) and directions +1 for the hip and knee joints: (0, 0.07, -0.59) rad; gains kp 220 and kd 0.3
 #: (ab/ad) / 2.0 (hip, knee) (``ABDUCTION_P_GAIN`` ..., ``KNEE_D_GAIN``); spawn height ``INIT_POSITION`` 0.48 m.
 #: Torque limits: the URDF's (100 N·m). The lower legs touch the ground with the toes, so only the upper legs are
-#: contact-penalized. Stands at 0.480 m.
+#: contact-penalized. Stands at 0.480 m. Reward weights of its own (``reward_weights``): ``torques`` -1e-5, legged_gym's
+#: base ``LeggedRobotCfg`` weight (the A1's -2e-4 with this stiff PD made every exploring step cost more than standing
+#: earned, and stock PPO learned to fall within ~34 steps), and ``alive`` 0.5 per s (the A1's 0.1), so a fall costs
+#: more than a stumble forward earns (measured: ``docs/benchmarks.md``, Laikago).
 LAIKAGO = RobotDescription(
     name="laikago",
     urdf="laikago/laikago_toes_zup.urdf",
@@ -77,6 +80,7 @@ LAIKAGO = RobotDescription(
     contact_links=tuple(f"{leg}_upper_leg" for leg in _LEGS),
     base_link="chassis",
     action_scale=0.25,
+    reward_weights={"torques": -1e-5, "alive": 0.5},
 )
 
 _MC_LEGS = ("fr", "fl", "hr", "hl")  # the URDF's front/hind right/left: FR, FL, RR, RL
