@@ -128,7 +128,10 @@ class PickRewardWeights:
     - ``reach``: ``1 - tanh(10 |p_grasp - p_object|)`` (d in m);
     - ``grasp``: 1 while the object is held (:meth:`PandaPickTask.grasped`: a geometric test, as the physics layer
       reports only ground contacts; robosuite checks both fingers' contacts);
-    - ``lift``: while held, the object's height above its resting height as a fraction of the goal's, in [0, 1];
+    - ``lift``: while held, ``1 - |1 - f|`` clipped to [0, 1], ``f`` the object's height above its resting height
+      as a fraction of the goal's: it grows to 1 at the goal's height and falls above it (until issue 27's second
+      learning runs it stayed 1 above the goal, and the policies trained from grasped starts lifted past the goal
+      and ended their episodes above it; panda-gym's distance reward likewise pays nothing for overshooting);
     - ``goal``: ``1 - tanh(10 |p_object - p_goal|)``;
     - ``success``: 1 within :data:`SUCCESS_DISTANCE` of the goal (``info["is_success"]``);
     - ``action_rate``: ``sum (a_t - a_{t-1})^2`` (legged_gym's term).
@@ -697,7 +700,8 @@ class PandaPickTask(_PandaTask):
         to_goal = np.linalg.norm(obj - self.command, axis=1)
         self._success = to_goal < SUCCESS_DISTANCE
         self._grasped = self.grasped(state)
-        lift = np.clip((obj[:, 2] - self._rest_z) / np.maximum(self.command[:, 2] - self._rest_z, 1e-3), 0.0, 1.0)
+        height = (obj[:, 2] - self._rest_z) / np.maximum(self.command[:, 2] - self._rest_z, 1e-3)
+        lift = np.clip(1.0 - np.abs(1.0 - height), 0.0, 1.0)  # peaks at the goal's height
         terms = {
             "reach": w.reach * (1.0 - np.tanh(10.0 * to_object)),
             "grasp": w.grasp * self._grasped,
