@@ -45,10 +45,14 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from unilab_gym.sb3 import _sb3_private
 from unilab_gym.validation import check_int, check_real
+
+if TYPE_CHECKING:
+    from unilab_gym.sb3.loops.base import LearnerLoop
+    from unilab_gym.sb3.loops.off_policy import OffPolicyLoop
 
 
 class HyperparameterError(ValueError):
@@ -70,7 +74,21 @@ class Target:
     """
 
     model: Any
-    loop: Any = None
+    loop: LearnerLoop | None = None
+
+    def runner_loop(self) -> LearnerLoop:
+        """The runner's loop (``RuntimeError`` without one: hyperparameters that need it are not live then)."""
+        if self.loop is None:
+            raise RuntimeError("this hyperparameter needs an AsyncRunner's learner loop")
+        return self.loop
+
+    def replay_loop(self) -> OffPolicyLoop | None:
+        """The runner's off-policy loop (it owns ``replay_ratio``), or ``None`` for a plain SB3 model.
+
+        Called by the replay-ratio hyperparameters only, which are live for off-policy models only, whose
+        runner loop is an ``OffPolicyLoop``.
+        """
+        return cast("OffPolicyLoop | None", self.loop)
 
 
 @dataclass(frozen=True)
@@ -213,13 +231,15 @@ def _check_gradient_steps(t: Target, value: Any) -> int:
 
 def _set_gradient_steps(t: Target, value: int) -> None:
     t.model.gradient_steps = value
-    if t.loop is not None:
-        t.loop.set_replay_ratio(1.0 if value < 0 else value / _per_call(t.model))
+    loop = t.replay_loop()
+    if loop is not None:
+        loop.set_replay_ratio(1.0 if value < 0 else value / _per_call(t.model))
 
 
 def _read_replay_ratio(t: Target) -> float:
-    if t.loop is not None:
-        return float(t.loop.replay_ratio)
+    loop = t.replay_loop()
+    if loop is not None:
+        return float(loop.replay_ratio)
     steps = t.model.gradient_steps
     return 1.0 if steps < 0 else steps / _per_call(t.model)
 
@@ -240,8 +260,9 @@ def _set_replay_ratio(t: Target, value: float) -> None:
     steps = value * _per_call(t.model)
     if abs(steps - round(steps)) <= 1e-9:  # what a saved model keeps, when the ratio maps to whole steps
         t.model.gradient_steps = round(steps)
-    if t.loop is not None:
-        t.loop.set_replay_ratio(value)
+    loop = t.replay_loop()
+    if loop is not None:
+        loop.set_replay_ratio(value)
 
 
 # ------------------------------------------------------------------ PPO
@@ -347,12 +368,13 @@ def _save_ent_coef(t: Target) -> Callable[[], None]:
 
 def _save_ratio(t: Target) -> Callable[[], None]:
     attrs = _keep((t.model, "gradient_steps"))
-    ratio = None if t.loop is None else float(t.loop.replay_ratio)
+    loop = t.replay_loop()
+    ratio = None if loop is None else float(loop.replay_ratio)
 
     def undo() -> None:
         attrs()
-        if ratio is not None and float(t.loop.replay_ratio) != ratio:
-            t.loop.set_replay_ratio(ratio)
+        if loop is not None and ratio is not None and float(loop.replay_ratio) != ratio:
+            loop.set_replay_ratio(ratio)
 
     return undo
 
@@ -470,8 +492,8 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
         "an int >= 1 off-policy, 0 or 1 on-policy",
         lambda t: t.loop is not None,
         _check_max_policy_lag,
-        lambda t: int(t.loop.max_policy_lag),
-        lambda t, v: setattr(t.loop, "max_policy_lag", v),
+        lambda t: int(t.runner_loop().max_policy_lag),
+        lambda t, v: setattr(t.runner_loop(), "max_policy_lag", v),
         _save_policy_lag,
     ),
 )
@@ -490,7 +512,7 @@ class Hyperparameters:
         loop: the ``AsyncRunner``'s learner loop, or ``None`` for a plain SB3 model.
     """
 
-    def __init__(self, model: Any, loop: Any = None):
+    def __init__(self, model: Any, loop: LearnerLoop | None = None):
         """Find the hyperparameters ``model`` (and ``loop``) take (arguments: see the class docstring)."""
         self._target = Target(model, loop)
         self._live = [h for h in HYPERPARAMETERS if h.live(self._target)]
