@@ -24,7 +24,7 @@ import pytest
 pytest.importorskip("stable_baselines3")
 import _runner_envs
 import torch
-from _paths import HELPERS, ROOT
+from _paths import HELPERS
 from _runner_common import (
     BACKENDS,
     FAMILIES,
@@ -707,40 +707,6 @@ def test_close_is_idempotent_and_context_manager_closes(family):
     if family == "ppo":
         assert type(model.rollout_buffer) is RolloutBuffer  # the model got its own buffer back
     release(model)
-
-
-# --------------------------------------------------------------------------- example
-@pytest.mark.slow
-def test_train_ppo_async_example_trains_and_saves(tmp_path):
-    root = str(ROOT)
-    out = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(root, "examples", "train_ppo_async.py"),
-            "--total-steps",
-            "1024",
-            "--num-collectors",
-            "2",
-            "--envs-per-collector",
-            "4",
-            "--n-steps",
-            "32",
-            "--max-episode-steps",
-            "50",
-            "--seed",
-            "1",
-            "--save-path",
-            str(tmp_path / "ppo"),
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "unilab/" in out.stdout and "policy_lag" in out.stdout and "ep_rew_mean" in out.stdout
-    model = PPO.load(tmp_path / "ppo.zip", device="cpu")
-    assert model.num_timesteps == 1024 and model._n_updates == 4 * 5  # 4 rollouts of 32 x 8, 5 epochs each
 
 
 def test_ppo_lag1_trains_each_rollout_from_the_current_policy_with_importance_weights():

@@ -37,6 +37,9 @@ PPO = [
     "AsyncRunner PPO (lag 1)",
 ]
 REPLAY = ["sb3", "shared", "tianshou"]
+#: Tianshou's VectorReplayBuffer compiles two numba functions in every new process (~5 s on 2 cores); the replay
+#: section's smoke-sized figures mean nothing anyway, so these runs use it as plain Python (tests/tianshou/: numba).
+NO_JIT = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
 
 
 @pytest.mark.timeout(600)
@@ -46,6 +49,7 @@ def test_smoke_mode_writes_every_configuration(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
+        env=NO_JIT,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "compare_sb3.json").read_text())
@@ -144,6 +148,7 @@ def test_a_run_writes_a_fresh_folder_and_records_the_load(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
+        env=NO_JIT,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     path = re.search(r"results go to (\S+)", out.stdout).group(1)

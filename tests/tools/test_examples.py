@@ -1,5 +1,6 @@
 """The examples run end to end in a short mode (as CI runs them): train, save, reload, record a video."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -11,13 +12,20 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
-def _run(script, *args, timeout=240):
+#: Tianshou's VectorReplayBuffer compiles two numba functions in every new process (half of the Tianshou
+#: example's run on 2 cores); the scripts' tests run them as plain Python, the in-process Tianshou tests
+#: (tests/tianshou/) with numba.
+NO_JIT = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+
+
+def _run(script, *args, timeout=240, env=None):
     proc = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
@@ -90,6 +98,10 @@ def test_sac_tianshou_trains_with_shared_buffer_and_saves(tmp_path):
         1,
         "--start-steps",
         200,
+        "--gradient-steps",  # 1 per vector step (default 8) into a small replay: the same code path, seconds
+        1,
+        "--buffer-size",
+        1000,
         "--max-episode-steps",
         30,
         "--seed",
@@ -97,6 +109,7 @@ def test_sac_tianshou_trains_with_shared_buffer_and_saves(tmp_path):
         "--save-path",
         tmp_path / "sac.pt",
         "--no-progress",
+        env=NO_JIT,
     )
     assert "saved" in out and "gradient steps" in out
     import torch
@@ -141,14 +154,20 @@ def test_sac_async_trains_saves_and_plays(tmp_path):
 
 @pytest.mark.slow
 def test_ppo_async_trains_with_vecnormalize_saves_and_plays(tmp_path):
+    """One run for both checks of this example (it was also run by tests/sb3/test_async_runner.py)."""
     out = _run(
         "train_ppo_async.py",
-        *("--total-steps", 1024, "--num-collectors", 1, "--envs-per-collector", 8, "--n-steps", 64),
-        *("--max-episode-steps", 50, "--save-path", tmp_path / "ppo_async", "--no-progress"),
+        *("--total-steps", 1024, "--num-collectors", 2, "--envs-per-collector", 4, "--n-steps", 32),
+        *("--max-episode-steps", 50, "--seed", 1, "--save-path", tmp_path / "ppo_async", "--no-progress"),
     )
     assert "trained 1024 env steps" in out
+    assert "unilab/" in out and "policy_lag" in out and "ep_rew_mean" in out
     stats = tmp_path / "ppo_async_vecnormalize.pkl"
     assert (tmp_path / "ppo_async.zip").exists() and stats.exists()
+    from stable_baselines3 import PPO
+
+    model = PPO.load(tmp_path / "ppo_async.zip", device="cpu")
+    assert model.num_timesteps == 1024 and model._n_updates == 4 * 5  # 4 rollouts of 32 x 8, 5 epochs each
     from stable_baselines3.common.vec_env import VecNormalize
 
     from unilab_gym.sb3.vec_env import make_sb3_env
