@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from subprocess import PIPE
 
 import psutil
 import pytest
@@ -40,7 +41,9 @@ def test_ping_between_the_namespaces_takes_the_links_delay_and_nothing_is_left_a
     with netns.Link(PROFILE) as link:
         assert link.mode in ("netem", "tbf+delay-line")
         assert set(link.ns.values()) <= set(netns.namespaces())
-        sleeper = subprocess.Popen(link.in_ns("worker", "sleep", "300"))
+        # "ready" is printed inside the namespace: from then on the process is in it (exec keeps its pid)
+        sleeper = subprocess.Popen(link.in_ns("worker", "sh", "-c", "echo ready; exec sleep 300"), stdout=PIPE)
+        assert sleeper.stdout.readline() == b"ready\n"
         assert sleeper.pid in link.pids("worker")
         rtts = link.ping(count=4, interval_s=0.1)
         started = [p for side in ("head", "worker") for p in link.pids(side)]
@@ -48,16 +51,16 @@ def test_ping_between_the_namespaces_takes_the_links_delay_and_nothing_is_left_a
     # both directions delayed: a round trip is at least twice the one-way delay (ping rounds to 3 digits)
     assert min(rtts) >= 2 * PROFILE.delay_ms * 0.99, rtts
     assert sleeper.wait(5) is not None  # killed with its namespace
+    sleeper.stdout.close()
     assert not [p for p in started if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert link.leftovers() == [] and _ours() == []
     assert link.down() == []  # idempotent
 
 
-def test_unshaped_veth_is_faster_than_the_shaped_link():
+def test_the_unshaped_veth_links_the_two_addresses_and_is_removed():
     with netns.Link(netns.PROFILES["veth"]) as link:
         assert link.mode == "veth"
-        rtts = link.ping(count=3, interval_s=0.1)
-    assert len(rtts) == 3 and min(rtts) < 2 * PROFILE.delay_ms
+        assert len(link.ping(count=3, interval_s=0.1)) == 3  # every ping answered
     assert _ours() == []
 
 
