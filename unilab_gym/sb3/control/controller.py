@@ -34,6 +34,8 @@ from unilab_gym.sb3.control.hyperparams import Hyperparameters
 from unilab_gym.sb3.control.snapshots import SnapshotStore
 
 if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
     from unilab_gym.sb3.loops.base import LearnerLoop
 
 T = TypeVar("T")
@@ -60,7 +62,7 @@ class Controller:
 
     def __init__(
         self,
-        model: Any,
+        model: BaseAlgorithm,
         loop: LearnerLoop | None = None,
         *,
         snapshot_dir: str | os.PathLike[str] | None = None,
@@ -332,7 +334,9 @@ class _Trial:
     """
 
     def __init__(self, controller: Controller, undo: Callable[[], None], changes: list[tuple[str, Any, Any]]):
-        self.model = model = controller.model
+        # typed Any: the trial wraps and calls the family's train() (and reads batch_size), which BaseAlgorithm lacks
+        model: Any = controller.model
+        self.model: Any = model
         self.undo, self.changes = undo, changes
         self._controller = weakref.ref(controller)
         self._own = _sb3_private.instance_attributes(model, _sb3_private.TRIAL_ATTRIBUTES)
