@@ -71,9 +71,12 @@ def test_replay_ratio_and_learning_starts_hold_and_the_workers_ingest():
         rec.runner = runner
         pool = runner._pool
         runner.learn(1200, callback=rec)
+        counted = pool.counters.total_transitions()
         committed = model.replay_buffer.storage.committed
         assert pool.ingest_workers == K
-        assert pool.ingested == committed == runner._pool.counters.total_transitions()
+        # the counters count what poll() counted; as with collector processes, the storage may already hold
+        # answers a worker stored after the last poll()
+        assert pool.ingested == counted <= committed
         assert pool.ingest_stats.worker_cpu_seconds > 0  # the workers fetched and copied
     assert model.num_timesteps == 1200
     assert model._n_updates == math.floor((1200 - 200) * 0.25)
@@ -160,13 +163,15 @@ def test_ingest_metric_counts_the_workers_cpu():
         committed = model.replay_buffer.storage.committed
         stats = pool.ingest_stats
     cpu = {s.labels["phase"]: s.value for s in families["unilab_ingest_cpu_seconds"].samples}
-    assert set(cpu) == set(INGEST_PHASES) and all(v > 0 for v in cpu.values()), cpu
+    # every phase but wait (the training thread may never have had to wait for data) has CPU in it
+    assert set(cpu) == set(INGEST_PHASES) and all(v > 0 for p, v in cpu.items() if p != "wait"), cpu
     assert sum(cpu.values()) == pytest.approx(pool.ingest_cpu_s, rel=1e-6)
     # the workers' part (fetch, copy, requests) is in the total, beside the training thread's (poll, count, wait)
     assert 0 < stats.worker_cpu_seconds < stats.total_cpu_seconds
     hist = {(s.name, s.labels.get("le")): s.value for s in families["unilab_ingest_answer_transitions"].samples}
     assert answers > 0 and hist[("unilab_ingest_answer_transitions_count", None)] == answers
-    assert hist[("unilab_ingest_answer_transitions_sum", None)] == committed == pool.ingested >= 400
+    assert hist[("unilab_ingest_answer_transitions_sum", None)] == pool.ingested >= 400
+    assert pool.ingested <= committed  # (a worker may have stored answers after the last poll())
     model.replay_buffer.close()
 
 

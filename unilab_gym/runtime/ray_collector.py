@@ -320,8 +320,19 @@ class StagedCollector(Collector):
         return alive
 
     def budget(self) -> int:
-        """The learner's budget, lowered so that the next step never overwrites a staged row not yet taken."""
-        return self._stage.limit_budget(super().budget(), self.total_transitions(), self.row)
+        """The learner's budget, lowered to this collector's share and so that no staged row is overwritten.
+
+        Collector processes read each other's counts live; an actor knows the others' only as the learner
+        stored them when it sent its last request, and their staged rows not at all. So each actor takes
+        ``ceil(room / num_collectors)`` of the room the learner saw (budget minus everything it stored, the
+        ``totals`` of the request): together they never pass the budget by more than one step each, as
+        processes do (``tests/runtime/test_ingest_workers.py``).
+        """
+        budget = super().budget()
+        seen, n = self._actor.learner_total, self.control.num_collectors
+        if n > 1 and seen is not None:
+            budget = min(budget, seen + max(0, -(-(budget - seen) // n)))
+        return self._stage.limit_budget(budget, self.total_transitions(), self.row)
 
     def granted(self) -> int:
         """The learner's grant, lowered so that a rollout starts only in a slot already taken."""
@@ -360,6 +371,8 @@ class CollectorActor:
         self.wake = threading.Event()
         #: the writer is waiting for the learner (budget, grant, weights) now / did since the last take.
         self.paused = self.was_paused = False
+        #: transitions the learner had stored from all collectors when it sent the newest request applied.
+        self.learner_total: int | None = None
         self._lock = threading.Lock()  # one exchange takes from the stage at a time; close waits for it
         self._taking = threading.Lock()  # one exchange waits for the stage at a time (the others queue)
         self._stage: ReplayStage | RolloutStage | None = None
@@ -437,6 +450,7 @@ class CollectorActor:
                 self._signals_seq = seq
                 others = np.arange(control.num_collectors) != index
                 control.rows[others, TRANSITIONS] = np.asarray(totals, np.int64)[others]  # before the budget
+                self.learner_total = int(sum(totals))
                 control.set_signals(*signals)
         row = control.rows[index]
         with self._taking:  # a pipelined request waits here while the one before it gathers its answer

@@ -160,6 +160,7 @@ class RayCollectorPool(CollectorPool):
         self._threads: list[threading.Thread] = []
         self._held: list[Any] = []  # what wait() took from the inbox, for the next poll()
         self._pending = [0] * n  # requests in flight to each collector's current actor
+        self._uncounted = [0] * n  # transitions stored in the learner's storage, not counted by poll() yet
         self._next_hang_check = 0.0
         self._version = 0
         self._weights_ref: Any = None
@@ -319,7 +320,9 @@ class RayCollectorPool(CollectorPool):
         actor = self._actors[c]
         if actor is None or self._pending[c] >= MAX_IN_FLIGHT:
             return
-        totals = tuple(self._table.rows[:, TRANSITIONS].tolist())
+        # what the learner's storage holds from each collector (stored by a worker, counted or not): a collector
+        # adds its own count to the others' to obey the budget, so backpressure is as tight as with K = 1
+        totals = tuple(int(t) + u for t, u in zip(self._table.rows[:, TRANSITIONS].tolist(), self._uncounted))
         signals = self._table.signals()
         inbox = self._queues[c % len(self._queues)] if self._queues else self._inbox
         while self._pending[c] < MAX_IN_FLIGHT:
@@ -347,6 +350,11 @@ class RayCollectorPool(CollectorPool):
     def ingest_cpu_s(self) -> float:
         """CPU seconds spent ingesting, on the training thread and the ingest workers (see :attr:`ingest_stats`)."""
         return self.ingest_stats.total_cpu_seconds
+
+    #: how long the learner loops may block in :meth:`wait`: every answer and fault wakes it (through the queue
+    #: Ray's callbacks fill), and a hung collector is noticed by the next :meth:`poll` (heartbeats: every
+    #: :data:`HANG_CHECK_S`). Each 1 ms wake-up cost the learner ~10 µs of CPU.
+    news_wait_s = HANG_CHECK_S
 
     def wait(self, timeout: float) -> None:
         """Block until an answer is ready (stored, with ingest workers) or an actor's loop returns, <= ``timeout`` s."""
@@ -399,6 +407,8 @@ class RayCollectorPool(CollectorPool):
         if data is not None:
             stats.lap("bookkeeping")
             nbytes, transitions = self._store(c, data)
+            with self._lock:
+                self._uncounted[c] += transitions
             stats.lap("copy")
         return ("answer", c, generation, seq, result, transitions, nbytes)
 
@@ -466,6 +476,8 @@ class RayCollectorPool(CollectorPool):
                 raise item[1]
             c, generation = item[1], item[2]
             if generation != self._generation[c] or c in faults:
+                if kind == "answer":
+                    self._count_stale(c, item[4], item[5])
                 continue
             if kind == "answer":
                 self._arrived[c][item[3]] = item[4:]
@@ -538,6 +550,20 @@ class RayCollectorPool(CollectorPool):
             self._next_ingest[c] += 1
             self._ingest(c, result, transitions, nbytes, reports)
 
+    def _count_stale(self, c: int, result: dict[str, Any], transitions: int) -> None:
+        """Count an answer a worker stored before its collector was replaced.
+
+        Its replay rows count (they are in the replay and get sampled); a rollout does not (the replacement
+        collects it again, into the same slot).
+        """
+        with self._lock:
+            self._uncounted[c] -= transitions
+        data = result["data"]
+        if data is not None and "rows" in data:
+            self._table.rows[c, TRANSITIONS] += transitions
+            self.ingested += transitions
+            self.ingest_stats.answer(transitions)
+
     def _ingest(self, c: int, result: dict[str, Any], transitions: int, nbytes: int, reports: Reports) -> None:
         """Count one stored answer of collector ``c``: its messages, transitions, rollout and counters."""
         for kind, *payload in result["messages"]:
@@ -548,6 +574,8 @@ class RayCollectorPool(CollectorPool):
                 reports.moments.append((payload[0], payload[1]))
         data, rows = result["data"], self._table.rows
         if data is not None:
+            with self._lock:
+                self._uncounted[c] -= transitions
             rows[c, TRANSITIONS] += transitions
             self.ingested += transitions
             if "rollout" in data:

@@ -131,9 +131,15 @@ class LearnerLoop(ABC):
             merge_moments(self._vec_normalize, obs_moments, return_moments)
 
     def wait(self, pool: CollectorPool, metrics: RunnerMetrics, timeout: float) -> None:
-        """Wait for a collector's news, at most ``timeout`` s (counted as learner time waiting for data)."""
+        """Wait for a collector's news, at most ``timeout`` s (counted as learner time waiting for data).
+
+        A pool whose ``wait()`` wakes on every piece of news, data included, names a longer wait in its
+        ``news_wait_s`` (the Ray pool: its answers arrive through a queue); the loop then waits that long,
+        since nothing it waits for can arrive unannounced (collector processes write the storage and their
+        counters directly, so with them the loop looks every ``timeout`` s).
+        """
         with metrics.learner_phase("wait_for_data"):
-            pool.wait(timeout)
+            pool.wait(max(timeout, float(getattr(pool, "news_wait_s", 0.0))))
 
     def _record_episodes(self, reports: Reports) -> None:
         model = self.model
