@@ -17,6 +17,11 @@ HELPERS = Path(__file__).resolve().parent / "helpers"
 if str(HELPERS) not in sys.path:
     sys.path.insert(0, str(HELPERS))
 
+# Tiny networks: one intra-op torch thread is faster, and idle OpenMP threads spinning after each op cost a 2-core
+# machine a core. Set here once for the session, so that a run of one file measures and behaves as the full suite
+# (where test modules that set it at import, e.g. sb3/test_control_server.py, made it session-wide at collection).
+th.set_num_threads(1)
+
 #: Test modules that check determinism: CI runs them again with numpy's SIMD dispatch limited (``-m determinism``).
 DETERMINISM_MODULES = {"test_determinism", "test_gait_rewards", "test_domain_randomization", "test_task_seam"}
 #: Tests elsewhere whose name says they check that a result reproduces.

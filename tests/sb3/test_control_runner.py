@@ -138,6 +138,7 @@ def test_ppo_runner_python_api_gamma_clip_range_lag_and_rollback(tmp_path):
         snapshot_dir=str(tmp_path),
         snapshot_on_change=True,
         collector_timeout_s=300,
+        backend="inline",  # live control is the learner's: no collector process needed
     ) as runner:
         assert runner.control_url is None and runner.control_token is None
         runner.learn(64)
