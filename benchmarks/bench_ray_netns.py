@@ -16,27 +16,32 @@ per direction, one-way delay: a ping's round trip is twice it). Each profile get
 one process per measurement runs inside the head's namespace (``ip netns exec``):
 
 - **SAC** (the ``bench_ray.py`` configuration: 2 collectors x 32 envs of ``UniLab/Quadruped-v0``, batch 256,
-  replay ratio 1/64) and **PPO** (2 x 32 envs, ``n_steps=64``, batch 1,024, 4 epochs): env-steps/s reaching the
-  learner over the steady window (from a quarter of the run's env steps to the end of ``learn``); the learner's
-  ingest CPU per transition over that window (``RayCollectorPool.ingest_stats``, the source of the SB3 key
-  ``unilab/ingest_us_per_transition``); object-store bytes in flight, sampled every 0.5 s: the runner's gauge
-  (``unilab_object_store_bytes_in_flight``) and Ray's plasma usage over all nodes (what ``ray memory
-  --stats-only`` prints; MiB resolution; answers under 100 KB are inlined in Ray's replies and never reach
-  plasma); weight-sync latency, as the collectors' histogram has it (``unilab_weight_sync_latency_microseconds``:
-  a version's arrival in the actor to its first use) and as the learner sees it (``publish_weights`` to the first
-  answer of each collector that reports acting with that version: the request's trip, the actor's fetch of the
+  replay ratio 1/64), the same with ``ingest_workers=2``, and **PPO** (2 x 32 envs, ``n_steps=64``, batch 1,024,
+  4 epochs): env-steps/s reaching the learner over the steady window (from a quarter of the run's env steps to the
+  end of ``learn``); the learner's ingest CPU per transition over that window (``RayCollectorPool.ingest_stats``,
+  the source of the SB3 key ``unilab/ingest_us_per_transition``: the training thread's and the ingest workers'),
+  and the CPU of the learner process's other threads (Ray's core-worker I/O, which receives the replies);
+  object-store bytes in flight, sampled every 0.5 s: the runner's gauge (``unilab_object_store_bytes_in_flight``)
+  and Ray's plasma usage over all nodes (what ``ray memory --stats-only`` prints; MiB resolution; answers under
+  100 KB are inlined in Ray's replies and never reach plasma); weight-sync latency, as the collectors' histogram
+  has it (``unilab_weight_sync_latency_microseconds``: a version's arrival in the actor to its first use) and as
+  the learner sees it (``publish_weights`` to the first answer of each collector that reports acting with that
+  version: the request's trip, the actor's fetch of the
   weights over the link, and the answer's trip).
 - **Weight broadcast**: the SAC policy's weight vector ``ray.put`` by the learner, then fetched by an actor on the
   worker node (a call that carries the new ref, minus the same call without one): the per-node cost the scaling
   model in ``docs/ray.md`` uses, and the learner's CPU for the ``ray.put``.
 
-Then, on the last profile, two **node kills** over the link (the raylet of the node hosting collector 0, SIGKILL,
-a third of the way into a SAC run): with ``max_collector_restarts=2`` and a second worker node up (the collectors
-restart there and the run completes: seconds from the kill to the restart warning and to the replacements'
-first transitions), and with restarts off (seconds from the kill to ``CollectorError``). Ray's node health check
-is shortened for the cluster (``RAY_health_check_*``, as ``tests/runtime/test_ray_backend.py`` does).
+Then, on the last profile of the first round, two **node kills** over the link (the raylet of the node hosting
+collector 0, SIGKILL, a third of the way into a SAC run): with ``max_collector_restarts=2`` and a second worker node
+up (the collectors restart there and the run completes: seconds from the kill to the restart warning and to the
+replacements' first transitions), and with restarts off (seconds from the kill to ``CollectorError``). Ray's node
+health check is shortened for the cluster (``RAY_health_check_*``, as ``tests/runtime/test_ray_backend.py`` does).
 
-One run per (profile, measurement): ~10 min on 2 idle cores in default mode, ~3 min with ``--quick``; the load is
+Two rounds over the profiles, interleaved (veth, 1gbit, 100mbit, veth, ...; ``--repeats``), medians per profile and
+measurement (the node kills run once, at the end of the first round): ~12 min on 2 cores in default mode, and no
+round starts that would end past ``--max-minutes`` (12) on a slower machine; ~3 min with ``--quick`` (one round);
+the load is
 sampled before and after and a warning printed when the machine was busy (the learner, the collectors, Ray's
 daemons and the delay line share the 2 cores: read the ratios to the ``veth`` baseline more than the absolute
 figures). Everything started runs in the link's namespaces, and the link's tear-down kills it all (also on error,
@@ -82,6 +87,8 @@ OBJECT_STORE = 150 << 20
 #: Longest one measurement process may run, in s.
 CHILD_TIMEOUT_S = 240
 RESULT_TAG = "RESULT "
+#: The runs of each profile: name -> (algorithm, ingest_workers).
+MEASUREMENTS = {"sac": ("sac", 1), "sac K=2": ("sac", 2), "ppo": ("ppo", 1)}
 
 
 # ---------------------------------------------------------------------- the cluster (parent side)
@@ -152,6 +159,14 @@ def _plasma_bytes() -> float | None:
     return float(m.group(1)) * (1 << 20) if m else None
 
 
+def _other_threads_cpu_s() -> float:
+    """CPU seconds of this process's threads other than the main one (Ray's core-worker threads, ingest workers)."""
+    import psutil
+
+    main = threading.main_thread().native_id
+    return sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id != main)
+
+
 def _raylet_pid(node_id: str) -> int:
     """The pid of the raylet of Ray node ``node_id`` (same machine, another network namespace)."""
     import psutil
@@ -209,6 +224,7 @@ def _clock(
                     self.num_timesteps,
                     self.pool.ingest_stats.snapshot(),
                     self.pool.counters.metrics.copy(),
+                    _other_threads_cpu_s() - self.pool.ingest_stats.worker_cpu_seconds,
                 )
             if now - self.last_status > 0.005:  # the learner's view of weight sync (throttled)
                 self.last_status = now
@@ -231,7 +247,9 @@ def _clock(
     return Clock()
 
 
-def child_learn(algo: str, steps: int, address: str, kill: str | None = None, seed: int = 0) -> dict[str, Any]:
+def child_learn(
+    algo: str, steps: int, address: str, kill: str | None = None, ingest_workers: int = 1, seed: int = 0
+) -> dict[str, Any]:
     """One AsyncRunner run over the link; with ``kill`` (``"restart"`` / ``"raise"``), a node kill a third in."""
     import warnings
 
@@ -265,6 +283,7 @@ def child_learn(algo: str, steps: int, address: str, kill: str | None = None, se
         ray_address=address,
         collector_resources={"collector": 1},
         max_collector_restarts=restarts,
+        ingest_workers=ingest_workers,
     )
     pool: Any = runner._pool  # the RayCollectorPool (as bench_ray.py reads it)
     clock.runner, clock.pool = runner, pool
@@ -291,7 +310,9 @@ def child_learn(algo: str, steps: int, address: str, kill: str | None = None, se
         sampler.start()
         with runner:
             runner.learn(steps if kill != "raise" else 10**9, callback=clock)
-            end = (time.perf_counter(), clock.num_timesteps, pool.ingest_stats.snapshot(), pool.counters.metrics.copy())
+            stats = pool.ingest_stats
+            io = _other_threads_cpu_s() - stats.worker_cpu_seconds  # Ray's threads (not the ingest workers)
+            end = (time.perf_counter(), clock.num_timesteps, stats.snapshot(), pool.counters.metrics.copy(), io)
             status = runner.collector_status()
     except CollectorError as exc:
         events["error"] = time.perf_counter()
@@ -303,7 +324,13 @@ def child_learn(algo: str, steps: int, address: str, kill: str | None = None, se
         sampler.join()
         if getattr(model, "replay_buffer", None) is not None and hasattr(model.replay_buffer, "close"):
             model.replay_buffer.close()
-    out: dict[str, Any] = {"algo": algo, "steps": steps, "kill": kill, "wall_s": time.perf_counter() - t0}
+    out: dict[str, Any] = {
+        "algo": algo,
+        "steps": steps,
+        "kill": kill,
+        "ingest_workers": ingest_workers,
+        "wall_s": time.perf_counter() - t0,
+    }
     if kill:
         return {**out, **_kill_summary(events, clock.killed_node, error, status, end is not None)}
     assert end is not None and clock.steady is not None
@@ -341,7 +368,10 @@ def _steady_summary(
     from unilab_gym.latency import mean_latency_us
     from unilab_gym.runtime.counters import WEIGHT_SYNC_LATENCY
 
-    (ta, na, (cpu0, _, answers0, n0, _), hist0), (tb, nb, (cpu1, _, answers1, n1, _), hist1) = clock.steady, end
+    (ta, na, (cpu0, _, answers0, n0, _), hist0, io0), (tb, nb, (cpu1, _, answers1, n1, _), hist1, io1) = (
+        clock.steady,
+        end,
+    )
     lags = [t - published[v] for (_, v), t in acked.items() if v in published]
     in_flight = [b for b, _ in samples]
     plasma = [p for _, p in samples if p is not None]
@@ -351,6 +381,7 @@ def _steady_summary(
         "steady_window_s": tb - ta,
         "steady_answers": answers1 - answers0,
         "ingest_us_per_transition": 1e6 * (cpu1 - cpu0) / max(n1 - n0, 1),
+        "io_threads_us_per_transition": 1e6 * (io1 - io0) / max(n1 - n0, 1),
         "answer_transitions_mean": (n1 - n0) / max(answers1 - answers0, 1),
         "bytes_in_flight_mean": float(np.mean(in_flight)) if in_flight else 0.0,
         "bytes_in_flight_max": float(np.max(in_flight)) if in_flight else 0.0,
@@ -427,9 +458,11 @@ def measure_profile(
             t = time.perf_counter()
             cluster.start()
             out["cluster_start_s"] = time.perf_counter() - t
-            for algo, n in steps.items():
-                log(f"  {profile.name}: {algo} ({n} env steps)")
-                out[algo] = cluster.child("learn", algo=algo, steps=n, address=cluster.address)
+            for name, (algo, k) in MEASUREMENTS.items():
+                log(f"  {profile.name}: {name} ({steps[algo]} env steps)")
+                out[name] = cluster.child(
+                    "learn", algo=algo, steps=steps[algo], address=cluster.address, ingest_workers=k
+                )
             if broadcast:
                 log(f"  {profile.name}: weight broadcast")
                 out["broadcast"] = cluster.child("broadcast", address=cluster.address)
@@ -453,15 +486,15 @@ def measure_profile(
 def table(results: dict[str, Any]) -> str:
     """The markdown table of the results (one row per profile and algorithm)."""
     rows = [
-        "| link | ping RTT (median) | algo | steady env-steps/s | vs veth | ingest µs/transition "
-        "| transitions per answer (mean) | bytes in flight (mean / max) | Ray plasma (max) "
-        "| weight sync: collectors / learner (median, p90) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| link | ping RTT (median) | run | steady env-steps/s | vs veth | ingest µs/transition "
+        "| Ray's threads µs/transition | transitions per answer (mean) | bytes in flight (mean / max) "
+        "| Ray plasma (max) | weight sync: collectors / learner (median, p90) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     base = results["profiles"].get("veth", {})
     for name, r in results["profiles"].items():
         rtt = statistics.median(r["ping_ms"]) if r.get("ping_ms") else float("nan")
-        for algo in ("sac", "ppo"):
+        for algo in MEASUREMENTS:
             m = r.get(algo)
             if not m:
                 continue
@@ -469,8 +502,9 @@ def table(results: dict[str, Any]) -> str:
             ratio = f"{m['steady_env_steps_per_s'] / b['steady_env_steps_per_s']:.2f}x" if b else "-"
             plasma = m["plasma_bytes_max"]
             rows.append(
-                f"| {name} | {rtt:.2f} ms | {algo.upper()} | {m['steady_env_steps_per_s']:,.0f} | {ratio} "
-                f"| {m['ingest_us_per_transition']:.1f} | {m['answer_transitions_mean']:.0f} "
+                f"| {name} | {rtt:.2f} ms | {algo.upper().replace('K=', 'ingest_workers=')} "
+                f"| {m['steady_env_steps_per_s']:,.0f} | {ratio} | {m['ingest_us_per_transition']:.1f} "
+                f"| {m.get('io_threads_us_per_transition', float('nan')):.1f} | {m['answer_transitions_mean']:.0f} "
                 f"| {m['bytes_in_flight_mean'] / 1e3:,.0f} kB / {m['bytes_in_flight_max'] / 1e3:,.0f} kB "
                 f"| {'-' if plasma is None else f'{plasma / 2**20:.0f} MiB'} "
                 f"| {_ms(m['weight_sync_us_collectors'], 1e-3)} / {_ms(m['weight_sync_ms_learner_median'])}, "
@@ -487,6 +521,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the 100mbit-5ms profile only, shorter runs (~3 min)")
     parser.add_argument("--profiles", nargs="*", choices=list(netns.PROFILES), default=None)
+    parser.add_argument("--repeats", type=int, default=None, help="rounds over the profiles (default 2; quick 1)")
+    parser.add_argument(
+        "--max-minutes", type=float, default=12.0, help="start no further round once one more would end past this"
+    )
     parser.add_argument("--out", default=RESULTS_DIR, help="output directory")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -503,21 +541,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"removed what an earlier run killed with SIGKILL left: {removed}")
     quick = args.quick
     profiles = args.profiles or (["100mbit-5ms"] if quick else list(netns.PROFILES))
-    steps = {"sac": NUM_ENVS * (100 if quick else 250), "ppo": NUM_ENVS * 64 * (4 if quick else 8)}
+    steps = {"sac": NUM_ENVS * (100 if quick else 200), "ppo": NUM_ENVS * 64 * (4 if quick else 6)}
+    repeats = args.repeats or (1 if quick else 2)
     load_start = sample_load(1.0)
     t0 = time.perf_counter()
     results: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "code": _code_version(),
-        "config": {"quick": quick, "steps": steps, "collectors": COLLECTORS, "num_envs": NUM_ENVS},
-        "profiles": {},
+        "config": {"quick": quick, "steps": steps, "collectors": COLLECTORS, "num_envs": NUM_ENVS, "repeats": repeats},
+        "rounds": [],
     }
-    for i, name in enumerate(profiles):
-        print(f"profile {name}", flush=True)
-        results["profiles"][name] = measure_profile(
-            netns.PROFILES[name], steps, kills=i == len(profiles) - 1, broadcast=True, log=print
-        )
+    for round_ in range(repeats):  # profiles interleaved: veth, 1gbit, 100mbit, veth, ...
+        elapsed = time.perf_counter() - t0
+        if round_ and elapsed * (round_ + 1) / round_ > 60 * args.max_minutes:
+            print(f"stopping after {round_} rounds: one more would end past --max-minutes {args.max_minutes:g}")
+            break
+        runs: dict[str, Any] = {}
+        for i, name in enumerate(profiles):
+            print(f"round {round_ + 1}/{repeats}, profile {name}", flush=True)
+            kills = round_ == 0 and i == len(profiles) - 1  # once, in the first round (later ones may not run)
+            runs[name] = measure_profile(netns.PROFILES[name], steps, kills=kills, broadcast=True, log=print)
+        results["rounds"].append(runs)
+    results["profiles"] = {name: _medians([r[name] for r in results["rounds"]]) for name in profiles}
     load_end = sample_load(1.0)
     results["load"] = {"start": load_start, "end": load_end, "warning": busy_warning(load_start, load_end)}
     results["total_s"] = time.perf_counter() - t0
@@ -534,14 +580,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results
 
 
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One profile's figures over the rounds: the median of every number, per measurement; the rest from the first."""
+    out: dict[str, Any] = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, dict) and all(isinstance(r.get(key), dict) for r in runs):
+            out[key] = {
+                k: statistics.median(r[key][k] for r in runs)
+                if isinstance(v, (int, float))
+                and not isinstance(v, bool)
+                and all(r[key].get(k) is not None for r in runs)
+                else v
+                for k, v in value.items()
+            }
+    out["ping_ms"] = [p for r in runs for p in r["ping_ms"]]
+    out["leftovers"] = sorted({name for r in runs for name in r["leftovers"]})
+    return out
+
+
 def _code_version() -> str:
-    """``git describe``-like: the commit and whether the tree had uncommitted changes."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """The commit of the working tree this runs in, ``+uncommitted`` if ``unilab_gym/`` had changes."""
     try:
+        import unilab_gym
+
+        root = os.path.dirname(os.path.dirname(os.path.abspath(unilab_gym.__file__)))
         head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "unilab_gym"], capture_output=True)
         return head.stdout.strip() + ("+uncommitted" if dirty.stdout.strip() else "")
-    except OSError:
+    except (OSError, ImportError):
         return "unknown"
 
 
