@@ -207,13 +207,14 @@ class IngestStats:
     ``end`` goes to exactly one of :data:`INGEST_PHASES`, so ``sum(cpu_seconds.values())`` equals
     :attr:`total_cpu_seconds` (up to float rounding). Spans may run on several threads at once (the
     pool's ingest workers, ``ingest_workers > 1``): each thread has its own open span and its own CPU
-    clock, and the sums are added under a lock. Readers on other threads (Prometheus scrapes) read
-    plain floats and :meth:`cumulative` / :meth:`quantile`, which copy what they read.
+    clock, and the sums are added under a lock; the phases then run ahead of the total by the laps of the
+    spans still open (equal again once no span is open, e.g. after the pool's ``close()``). Readers on other
+    threads (Prometheus scrapes) read plain floats and :meth:`cumulative` / :meth:`quantile`, which copy what they read.
 
     Args:
-        clock: the CPU clock, in s. Default ``time.thread_time``: the learner thread only, so other
-            processes on the machine do not inflate it, and Ray's own I/O threads in the learner process
-            (which receive the replies) are not counted either.
+        clock: the CPU clock of the calling thread, in s. Default ``time.thread_time``: the ingesting
+            thread's own, so other processes on the machine do not inflate it, and Ray's own I/O threads in
+            the learner process (which receive the replies) are not counted either.
 
     :ivar cpu_seconds: ``{phase: CPU seconds}`` over :data:`INGEST_PHASES`.
     :ivar total_cpu_seconds: CPU seconds of every span (``begin`` to ``end``).
