@@ -2,8 +2,10 @@
 
 import socket
 import threading
+import time
 import urllib.request
 
+import psutil
 import pytest
 
 pytest.importorskip("stable_baselines3")
@@ -27,6 +29,31 @@ def half_open(port, count):
     return socks
 
 
+def wait_until(predicate, what, deadline_s=60.0):
+    """Poll ``predicate`` until it is true; fail naming ``what`` after ``deadline_s`` (generous: a loaded 2-core
+    CI machine may keep the server's thread off the CPU for seconds)."""
+    deadline = time.monotonic() + deadline_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} (after {deadline_s} s)")
+        time.sleep(0.01)
+
+
+def accepted(port):
+    """Connections this process's server side has accepted on ``port`` (not those still in the listen backlog)."""
+    return sum(
+        1
+        for c in psutil.Process().net_connections("tcp")
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED
+    )
+
+
+# "Served in order of arrival" holds for connections the server has accepted. Beyond the listen backlog (64), the
+# kernel drops a handshake's last ACK: the client sees its connection made, but the server accepts it only after a
+# retransmission (~1 s later), possibly after a later connection. So the tests wait until the server has taken in
+# every held connection before they scrape or close.
+
+
 def test_half_open_connections_cost_no_thread_and_close_joins_everything():
     model = make_sac()
     baseline = threading.active_count()
@@ -34,6 +61,7 @@ def test_half_open_connections_cost_no_thread_and_close_joins_everything():
     port = int(runner.metrics_url.rsplit(":", 1)[1].split("/")[0])
     socks = half_open(port, 200)
     try:
+        wait_until(lambda: accepted(port) == 200, "the server did not accept the 200 held connections")
         # served in order of arrival: the scrape is answered after the server took in all 200 (before: 200 threads)
         text = urllib.request.urlopen(runner.metrics_url, timeout=10).read().decode()
         assert "unilab_collector_seconds_since_progress" in text
@@ -121,14 +149,22 @@ def test_held_connections_do_not_starve_the_metrics_endpoint(monkeypatch):
     monkeypatch.setattr(http_server, "IDLE_TIMEOUT_S", 60.0)
     server = http_server.BoundedHTTPServer({"/metrics": lambda: (b"up 1\n", "text/plain")}, 0, "127.0.0.1")
     held = half_open(server.port, http_server.MAX_CONNECTIONS + 44)  # 300
+    evicted = 44  # connections the server has closed to make room, once it took in every held one
+
+    def taken_in():
+        return server.evicted_connections == evicted and server.open_connections == http_server.MAX_CONNECTIONS
+
     try:
         for _ in range(3):
+            wait_until(taken_in, f"the server did not take in the held connections ({evicted} evicted expected)")
             assert scrape(server.port, "/metrics").startswith(b"HTTP/1.1 200 OK")
             closed = [i for i, s in enumerate(held) if not still_open(s)]
             assert closed  # the server made room by closing held ones, oldest first
             for i in closed:  # the attacker re-opens them
                 held[i].close()
                 held[i] = half_open(server.port, 1)[0]
+            # the scrape's room, then one per re-opened connection but the first (the finished scrape left a slot)
+            evicted += len(closed)
         assert server.open_connections <= http_server.MAX_CONNECTIONS
     finally:
         server.close()
