@@ -155,8 +155,8 @@ def test_held_connections_do_not_starve_the_metrics_endpoint(monkeypatch):
         return server.evicted_connections == evicted and server.open_connections == http_server.MAX_CONNECTIONS
 
     try:
+        wait_until(taken_in, f"the server did not take in the held connections ({evicted} evicted expected)")
         for _ in range(3):
-            wait_until(taken_in, f"the server did not take in the held connections ({evicted} evicted expected)")
             assert scrape(server.port, "/metrics").startswith(b"HTTP/1.1 200 OK")
             closed = [i for i, s in enumerate(held) if not still_open(s)]
             assert closed  # the server made room by closing held ones, oldest first
@@ -165,6 +165,7 @@ def test_held_connections_do_not_starve_the_metrics_endpoint(monkeypatch):
                 held[i] = half_open(server.port, 1)[0]
             # the scrape's room, then one per re-opened connection but the first (the finished scrape left a slot)
             evicted += len(closed)
+            wait_until(taken_in, f"the server did not take in the re-opened connections ({evicted} evicted expected)")
         assert server.open_connections <= http_server.MAX_CONNECTIONS
     finally:
         server.close()
