@@ -1,31 +1,36 @@
-"""AsyncRunner SAC with ``backend="process"`` vs ``backend="ray"`` (local Ray), side by side, in one run.
+"""AsyncRunner SAC with ``backend="process"`` vs ``backend="ray"`` (local Ray, ``ingest_workers`` 1 and 2), in one run.
 
-    python benchmarks/bench_ray.py            # 3 repeats x 64 * 300 env steps: ~10 min on 2 idle cores
-    python benchmarks/bench_ray.py --quick    # 2 repeats x 64 * 120 env steps: ~4 min, a smoke test (see below)
+    python benchmarks/bench_ray.py            # 3 repeats x 64 * 300 env steps: ~12 min on 2 idle cores
+    python benchmarks/bench_ray.py --quick    # 2 repeats x 64 * 120 env steps: ~6 min, a smoke test (see below)
+    python benchmarks/bench_ray.py --replay-ratio 0.001   # collectors at full speed (the learner barely trains)
 
-Both configurations run the same SAC as ``compare_sb3.py``'s ``AsyncRunner SAC (2 collectors)`` row:
+All configurations run the same SAC as ``compare_sb3.py``'s ``AsyncRunner SAC (2 collectors)`` row:
 2 collectors x 32 envs of ``UniLab/Quadruped-v0``, ``batch_size=256``, ``replay_ratio=1/64`` (one
-gradient step per 64 transitions), one torch thread in the learner. With ``backend="ray"`` the
-runner starts a local Ray instance (``ray.init``, dashboard off) and shuts it down on ``close()``;
-both are inside the timed wall clock, as spawning the collector processes is for ``"process"``.
+gradient step per 64 transitions; ``--replay-ratio``), one torch thread in the learner. With ``backend="ray"``
+the runner starts a local Ray instance (``ray.init``, dashboard off) and shuts it down on ``close()``;
+both are inside the timed wall clock, as spawning the collector processes is for ``"process"``. Ray runs
+twice: ``ingest_workers=1`` (the training thread ingests the answers in ``poll()``) and ``ingest_workers=2``
+(two learner-side threads ingest them; the training thread only counts what they stored).
 
 Figures per run: wall clock of the whole run (start-up included) and env-steps/s over it; *start-up*, the
 seconds from building the ``AsyncRunner`` to the first transition the learner counts (Ray: ``ray.init``
 and the actors; process: spawning the collectors and their first env steps); and *steady* env-steps/s,
 over the window from the moment a quarter of the run's env steps were counted to the end of ``learn``
-(its length in seconds and in answers, ``on_step`` calls, is reported: the off-policy loop fires
-``on_step`` in bursts as answers arrive, so a window must hold many of them). Ray only: the
-learner's ingest cost per transition (``RayCollectorPool.ingest_cpu_s / ingested``, the learner thread's CPU
-time: other processes on the machine do not inflate it), over the run and, by phase of
+(its length in seconds, and for Ray the exchanges, answers ingested, in it). Ray only: the learner's
+ingest cost per transition (``RayCollectorPool.ingest_cpu_s / ingested``: CPU time of the threads that
+ingest, so other processes on the machine do not inflate it), over the run and, by phase of
 ``RayCollectorPool.ingest_stats`` (wait, poll, fetch, deserialize, copy, request, bookkeeping; see
-``docs/metrics.md``), over the steady window, with the answers' sizes, the ``poll()`` calls per answer, and
-the CPU of the learner process's other threads (Ray's core-worker I/O) per transition. Then the ingest cost alone
-(:func:`run_ingest`: blocks of 128 and 2,048 transitions from an actor, 300 each), the figure the
+``docs/metrics.md``), over the steady window, split into the training thread's part and the ingest workers',
+with the answers' sizes, the ``poll()``/``wait()`` spans per answer, and the CPU of the learner process's other
+threads (Ray's core-worker I/O, and with ``ingest_workers=2`` the workers) per transition. Then the ingest cost
+alone (:func:`run_ingest`: blocks of 128 and 2,048 transitions from an actor, 300 each), the figure the
 scaling model in ``docs/ray.md`` starts from.
-``--quick`` runs are short enough that Ray's start-up (~10 s here: a local instance and two actors) is a
-large part of their wall clock, and their steady window holds few answers: quick mode shows that both
-backends work and what start-up costs, not the steady ratio; read the steady column of a default run.
-Each run is a fresh process; configurations are interleaved (process, ray, process, ray, ...), the
+
+What ``--quick`` shows: that every configuration works, what start-up costs, and the ingest cost by phase
+over a steady window of ~100 exchanges or more (the report prints the count). It does not show the steady
+env-steps/s ratio: its runs are short enough that Ray's start-up (~10 s here: a local instance and two
+actors) is a large part of their wall clock; read the steady column of a default run for that.
+Each run is a fresh process; configurations are interleaved (process, ray, ray K=2, process, ...), the
 table gives medians and the Ray / process ratios. The load of the machine is sampled before and
 after (``common.sample_load``) and a warning is printed when it was busy: on 2 cores shared with other
 processes every figure is slower and noisier, and the ratio is what to read.
@@ -49,15 +54,21 @@ from unilab_gym.runtime.metrics import INGEST_PHASES
 
 ID = "UniLab/Quadruped-v0"
 NUM_ENVS = 64
-CONFIGS = {"process": "process", "ray (local)": "ray"}
+#: name -> (backend, ingest_workers).
+CONFIGS = {"process": ("process", 1), "ray (local)": ("ray", 1), "ray (local), 2 ingest workers": ("ray", 2)}
+#: Fewest exchanges a steady window should hold for its per-answer figures to be read (the report says when not).
+MIN_WINDOW_EXCHANGES = 100
 #: Block sizes of the ingest-alone measurement: 4 vector steps of 32 envs (an exchange's usual), a full stage.
 INGEST_ROWS = (128, 2048)
 #: Bytes of one stored transition of this env: obs 48 + next_obs 48 + action 12 + reward, terminated, truncated.
 ROW_BYTES = 4 * (48 + 48 + 12 + 3)
 
 
-def run(backend: str, total_steps: int, seed: int) -> dict[str, Any]:
-    """One AsyncRunner SAC run with ``backend``; returns its figures (see the module docstring)."""
+def run(
+    backend: str, total_steps: int, seed: int, ingest_workers: int = 1, replay_ratio: float = 1.0 / NUM_ENVS
+) -> dict[str, Any]:
+    """One AsyncRunner SAC run with ``backend`` (and ``ingest_workers``, Ray); returns its figures (see the module
+    docstring)."""
     import torch
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
@@ -75,7 +86,7 @@ def run(backend: str, total_steps: int, seed: int) -> dict[str, Any]:
         def _on_step(self) -> bool:
             self.points.append((time.perf_counter(), self.num_timesteps))
             if self.stats is not None and self.steady_from is None and self.num_timesteps >= total_steps // 4:
-                self.steady_from = (self.stats.snapshot(), _other_threads_cpu_s())
+                self.steady_from = (self.stats.snapshot(), _other_threads_cpu_s(), self.stats.worker_cpu_seconds)
             return True
 
     torch.set_num_threads(1)
@@ -99,14 +110,19 @@ def run(backend: str, total_steps: int, seed: int) -> dict[str, Any]:
         envs_per_collector=NUM_ENVS // 2,
         env_kwargs=dict(max_episode_steps=250),
         seed=seed,
-        replay_ratio=1.0 / NUM_ENVS,
+        replay_ratio=replay_ratio,
         backend=backend,
+        **({"ingest_workers": ingest_workers} if ingest_workers != 1 else {}),
     ) as runner:
         pool = runner._pool
         clock.stats = getattr(pool, "ingest_stats", None)
         runner.learn(total_steps, callback=clock)
         ingest = getattr(pool, "ingest_cpu_s", None), getattr(pool, "ingested", None)
-        steady_ingest = (clock.stats.snapshot(), _other_threads_cpu_s()) if clock.steady_from is not None else None
+        steady_ingest = (
+            (clock.stats.snapshot(), _other_threads_cpu_s(), clock.stats.worker_cpu_seconds)
+            if clock.steady_from is not None
+            else None
+        )
     wall = time.perf_counter() - t0
     model.replay_buffer.close()
     points = clock.points
@@ -120,7 +136,7 @@ def run(backend: str, total_steps: int, seed: int) -> dict[str, Any]:
         "startup_s": points[first][0] - t0,
         "steady_env_steps_per_s": (sb - sa) / (tb - ta),
         "steady_window_s": tb - ta,
-        "steady_window_answers": len(points) - 1 - start,
+        "steady_window_on_steps": len(points) - 1 - start,
         "grad_steps": model._n_updates,
     }
     if ingest[0] is not None and ingest[1]:
@@ -128,16 +144,21 @@ def run(backend: str, total_steps: int, seed: int) -> dict[str, Any]:
         out["ingest_answer_transitions_median"] = clock.stats.quantile(0.5)
         out["ingest_answers"] = clock.stats.answers
     if steady_ingest is not None:
-        (cpu0, phases0, answers0, n0, spans0), threads0 = clock.steady_from
-        (cpu1, phases1, answers1, n1, spans1), threads1 = steady_ingest
+        (cpu0, phases0, answers0, n0, spans0), threads0, workers0 = clock.steady_from
+        (cpu1, phases1, answers1, n1, spans1), threads1, workers1 = steady_ingest
+        out["steady_window_exchanges"] = answers1 - answers0
         if n1 > n0 and answers1 > answers0:
             out["steady_ingest_us_per_transition"] = 1e6 * (cpu1 - cpu0) / (n1 - n0)
+            out["steady_workers_us_per_transition"] = 1e6 * (workers1 - workers0) / (n1 - n0)
+            out["steady_training_thread_us_per_transition"] = 1e6 * (cpu1 - cpu0 - workers1 + workers0) / (n1 - n0)
             out["steady_ingest_us_per_answer"] = 1e6 * (cpu1 - cpu0) / (answers1 - answers0)
             out["steady_answer_transitions_mean"] = (n1 - n0) / (answers1 - answers0)
             out["steady_spans_per_answer"] = (spans1 - spans0) / (answers1 - answers0)
             for phase in phases1:
                 out[f"steady_ingest_us_per_transition/{phase}"] = 1e6 * (phases1[phase] - phases0[phase]) / (n1 - n0)
-            out["steady_other_threads_us_per_transition"] = 1e6 * (threads1 - threads0) / (n1 - n0)
+            # the workers' CPU is in the ingest figure already: the other threads' column leaves it out
+            other = threads1 - threads0 - (workers1 - workers0)
+            out["steady_other_threads_us_per_transition"] = 1e6 * other / (n1 - n0)
     return out
 
 
@@ -207,13 +228,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="2 repeats of 64 * 120 env steps")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 3; quick 2)")
     parser.add_argument("--steps", type=int, default=None, help="env steps per run (default 64 * 300; quick 64 * 120)")
+    parser.add_argument(
+        "--replay-ratio", type=float, default=1.0 / NUM_ENVS, help="gradient steps per transition (default 1/64)"
+    )
     parser.add_argument("--out", default=RESULTS_DIR, help="output directory")
     args = parser.parse_args(argv)
     repeats = args.repeats or (2 if args.quick else 3)
     quick = args.quick
     steps = args.steps or NUM_ENVS * (120 if args.quick else 300)
     load_start = sample_load(1.0)
-    configs = {name: (run, dict(backend=backend, total_steps=steps, seed=0)) for name, backend in CONFIGS.items()}
+    configs = {
+        name: (run, dict(backend=backend, total_steps=steps, seed=0, ingest_workers=k, replay_ratio=args.replay_ratio))
+        for name, (backend, k) in CONFIGS.items()
+    }
     runs = run_interleaved(configs, repeats, desc="process vs ray")
     ingest_configs = {f"{n} rows per result": (run_ingest, dict(rows_per_result=n, results=300)) for n in INGEST_ROWS}
     ingest_runs = run_interleaved(ingest_configs, repeats, desc="ingest alone")
@@ -223,16 +250,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, rs in ingest_runs.items()
     }
     med = {name: {k: summarize(rs, k)[0] for k in runs["process"][0]} for name, rs in runs.items()}
-    ray_runs = runs["ray (local)"]
-    ingest_us = summarize(ray_runs, "ingest_us_per_transition")[0]
-    ray_keys = sorted({k for r in ray_runs for k in r} - set(runs["process"][0]))  # steady ones: where measured
-    ray_ingest = {k: summarize([r for r in ray_runs if k in r], k)[0] for k in ray_keys}
+    by_workers: dict[int, dict[str, float]] = {}
+    for name, (backend, k) in CONFIGS.items():
+        if backend == "ray":
+            ray_runs = runs[name]
+            keys = sorted({key for r in ray_runs for key in r} - set(runs["process"][0]))  # steady: where measured
+            by_workers[k] = {key: summarize([r for r in ray_runs if key in r], key)[0] for key in keys}
+    ray_ingest = by_workers[1]
+    ingest_us = ray_ingest["ingest_us_per_transition"]
     ratios = {
-        "env_steps_per_s": med["ray (local)"]["env_steps_per_s"] / med["process"]["env_steps_per_s"],
-        "steady_env_steps_per_s": med["ray (local)"]["steady_env_steps_per_s"]
-        / med["process"]["steady_env_steps_per_s"],
-        "startup_s": med["ray (local)"]["startup_s"] / med["process"]["startup_s"],
-        "wall_s": med["ray (local)"]["wall_s"] / med["process"]["wall_s"],
+        name: {
+            "env_steps_per_s": med[name]["env_steps_per_s"] / med["process"]["env_steps_per_s"],
+            "steady_env_steps_per_s": med[name]["steady_env_steps_per_s"] / med["process"]["steady_env_steps_per_s"],
+            "startup_s": med[name]["startup_s"] / med["process"]["startup_s"],
+            "wall_s": med[name]["wall_s"] / med["process"]["wall_s"],
+        }
+        for name in med
+        if name != "process"
     }
     warning = busy_warning(load_start, load_end)
     report = {
@@ -244,6 +278,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "repeats": repeats,
             "row_bytes": ROW_BYTES,
             "quick": quick,
+            "replay_ratio": args.replay_ratio,
         },
         "load": {"start": load_start, "end": load_end, "warning": warning},
         "runs": runs,
@@ -251,56 +286,82 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratios_ray_over_process": ratios,
         "ingest_us_per_transition": ingest_us,
         "ingest_in_runs": ray_ingest,
+        "ingest_in_runs_by_workers": by_workers,
         "ingest_alone": ingest_alone,
         "ingest_mb_per_s_at_that_cost": ROW_BYTES / ingest_us,
     }
+    few = [k for k, v in by_workers.items() if v.get("steady_window_exchanges", 0) < MIN_WINDOW_EXCHANGES]
     lines = [
         "# AsyncRunner SAC: process vs Ray backend (2 collectors x 32 envs)",
         "",
-        f"{report['date']}, {steps} env steps per run, {repeats} interleaved repeats, medians. "
-        f"Load: start {load_start['busy_cores']} busy cores of {load_start['cores']:g} "
+        f"{report['date']}, {steps} env steps per run, replay ratio {args.replay_ratio:g}, {repeats} interleaved "
+        f"repeats, medians. Load: start {load_start['busy_cores']} busy cores of {load_start['cores']:g} "
         f"(load average {load_start['load_average']}), end {load_end['busy_cores']}.",
         "",
         "| backend | wall clock (s) | env-steps/s | start-up (s) | steady env-steps/s | steady window |",
         "|---|---:|---:|---:|---:|---:|",
         *(
             f"| {name} | {m['wall_s']:.1f} | {m['env_steps_per_s']:.0f} | {m['startup_s']:.1f} "
-            f"| {m['steady_env_steps_per_s']:.0f} "
-            f"| {m['steady_window_s']:.0f} s, {m['steady_window_answers']:.0f} answers |"
+            f"| {m['steady_env_steps_per_s']:.0f} | {m['steady_window_s']:.0f} s"
+            + (f", {m['steady_window_exchanges']:.0f} exchanges |" if "steady_window_exchanges" in m else " |")
             for name, m in med.items()
         ),
-        f"| **ray / process** | {ratios['wall_s']:.2f}x | {ratios['env_steps_per_s']:.2f}x "
-        f"| {ratios['startup_s']:.2f}x | {ratios['steady_env_steps_per_s']:.2f}x | |",
+        *(
+            f"| **{name} / process** | {r['wall_s']:.2f}x | {r['env_steps_per_s']:.2f}x "
+            f"| {r['startup_s']:.2f}x | {r['steady_env_steps_per_s']:.2f}x | |"
+            for name, r in ratios.items()
+        ),
         "",
         "Start-up: from building the AsyncRunner to the first counted transition. Steady: from a quarter of the "
         "run's env steps to the end of learn()."
-        + (" Quick mode: a smoke test; its steady window is short, read a default run for the ratio." if quick else ""),
+        + (
+            " Quick mode: a smoke test of every configuration and of the ingest cost by phase; its runs are short, "
+            "so read a default run for the steady env-steps/s ratio."
+            if quick
+            else ""
+        ),
         "",
-        f"Learner ingest cost in these runs (Ray): {ingest_us:.2f} us/transition of learner-thread CPU over the "
+        f"Learner ingest cost in these runs (Ray, ingest_workers=1): {ingest_us:.2f} us/transition of CPU over the "
         f"whole run (every phase of RayCollectorPool.ingest_stats), answers of median "
         f"{ray_ingest.get('ingest_answer_transitions_median', float('nan')):.0f} transitions. In the steady window, "
-        "by phase (unilab_ingest_cpu_seconds_total{phase}; µs of learner-thread CPU per transition):",
+        "by phase (unilab_ingest_cpu_seconds_total{phase}; µs of ingest CPU per transition, all ingesting threads):",
         "",
-        "| " + " | ".join(INGEST_PHASES) + " | total | per answer | transitions per answer (mean) "
-        "| Ray's threads in the learner process |",
-        "|" + "---:|" * (len(INGEST_PHASES) + 4),
-        "| "
-        + " | ".join(
-            f"{ray_ingest.get(f'steady_ingest_us_per_transition/{p}', float('nan')):.2f}" for p in INGEST_PHASES
-        )
-        + f" | {ray_ingest.get('steady_ingest_us_per_transition', float('nan')):.2f} "
-        f"| {ray_ingest.get('steady_ingest_us_per_answer', float('nan')):.0f} "
-        f"| {ray_ingest.get('steady_answer_transitions_mean', float('nan')):.0f} "
-        f"| {ray_ingest.get('steady_other_threads_us_per_transition', float('nan')):.2f} |",
+        "| ingest_workers | "
+        + " | ".join(INGEST_PHASES)
+        + " | total | training thread | workers | per answer | transitions per answer (mean) | spans per answer "
+        "| exchanges | Ray's threads in the learner process |",
+        "|---|" + "---:|" * (len(INGEST_PHASES) + 8),
+        *(
+            f"| {k} | "
+            + " | ".join(f"{v.get(f'steady_ingest_us_per_transition/{p}', float('nan')):.2f}" for p in INGEST_PHASES)
+            + f" | {v.get('steady_ingest_us_per_transition', float('nan')):.2f} "
+            f"| {v.get('steady_training_thread_us_per_transition', float('nan')):.2f} "
+            f"| {v.get('steady_workers_us_per_transition', float('nan')):.2f} "
+            f"| {v.get('steady_ingest_us_per_answer', float('nan')):.0f} "
+            f"| {v.get('steady_answer_transitions_mean', float('nan')):.0f} "
+            f"| {v.get('steady_spans_per_answer', float('nan')):.1f} "
+            f"| {v.get('steady_window_exchanges', float('nan')):.0f} "
+            f"| {v.get('steady_other_threads_us_per_transition', float('nan')):.2f} |"
+            for k, v in by_workers.items()
+        ),
         "",
-        f"In the steady window the learner opened {ray_ingest.get('steady_spans_per_answer', float('nan')):.1f} "
-        "ingest spans (poll() and blocking wait() calls) per answer.",
-        "",
-        "Phases: wait (the CPU of the blocking ray.wait while the learner waits for data), poll (ray.wait without "
-        "blocking, at every poll()), fetch (the object into this process), deserialize (unpickling), copy (reserve, "
-        "write, commit into the replay), request (issuing the next exchanges), bookkeeping (counters, episodes, "
-        "heartbeats). The last column is CPU of the learner process's other threads (Ray's core-worker I/O, which "
-        "receives the replies): not in the learner thread's figure.",
+        "Phases: wait (the CPU of the blocking wait() while the learner waits for data), poll (taking the ready "
+        "answers off the queue Ray's callbacks fill), fetch (the object into this process), deserialize "
+        "(unpickling), copy (reserve, write, commit into the replay), request (issuing the next exchanges), "
+        "bookkeeping (counters, episodes, heartbeats). Training thread: the part spent in poll()/wait() on the "
+        "thread that trains; workers: the ingest workers' part (ingest_workers=2: fetch, deserialize, copy, "
+        "request). Spans: poll() and wait() calls (and worker passes) per answer. The last column is CPU of the "
+        "learner process's other threads (Ray's core-worker I/O, which receives the replies and runs the "
+        "callbacks): not in the ingest figure.",
+        *(
+            [
+                "",
+                f"Few exchanges in the steady window (ingest_workers {few}: fewer than {MIN_WINDOW_EXCHANGES}): "
+                "read its per-answer figures as rough.",
+            ]
+            if few
+            else []
+        ),
         "",
         "Ingest alone (an actor answering with a staged block, 2 requests in flight, copy into a 100k-row replay):",
         "",
