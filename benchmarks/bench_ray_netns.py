@@ -167,6 +167,15 @@ def _other_threads_cpu_s() -> float:
     return sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id != main)
 
 
+#: CPU seconds of the run's sampler thread so far (it calls Ray's memory summary: not ingest).
+_SAMPLER_CPU = [0.0]
+
+
+def _ray_threads_cpu_s(pool: Any) -> float:
+    """CPU seconds of Ray's threads in this process: the threads but the main one, the ingest workers, the sampler."""
+    return _other_threads_cpu_s() - pool.ingest_stats.worker_cpu_seconds - _SAMPLER_CPU[0]
+
+
 def _raylet_pid(node_id: str) -> int:
     """The pid of the raylet of Ray node ``node_id`` (same machine, another network namespace)."""
     import psutil
@@ -224,7 +233,7 @@ def _clock(
                     self.num_timesteps,
                     self.pool.ingest_stats.snapshot(),
                     self.pool.counters.metrics.copy(),
-                    _other_threads_cpu_s() - self.pool.ingest_stats.worker_cpu_seconds,
+                    _ray_threads_cpu_s(self.pool),
                 )
             if now - self.last_status > 0.005:  # the learner's view of weight sync (throttled)
                 self.last_status = now
@@ -301,6 +310,7 @@ def child_learn(
         while not stop.wait(0.5):
             with contextlib.suppress(Exception):  # the cluster going down under a kill
                 samples.append((float(pool.bytes_in_flight), _plasma_bytes()))
+            _SAMPLER_CPU[0] = time.thread_time()  # this thread's CPU: not Ray's (see _ray_threads_cpu_s)
 
     sampler = threading.Thread(target=sample, daemon=True)
     error = ""
@@ -311,7 +321,7 @@ def child_learn(
         with runner:
             runner.learn(steps if kill != "raise" else 10**9, callback=clock)
             stats = pool.ingest_stats
-            io = _other_threads_cpu_s() - stats.worker_cpu_seconds  # Ray's threads (not the ingest workers)
+            io = _ray_threads_cpu_s(pool)
             end = (time.perf_counter(), clock.num_timesteps, stats.snapshot(), pool.counters.metrics.copy(), io)
             status = runner.collector_status()
     except CollectorError as exc:
