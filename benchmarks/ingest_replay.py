@@ -3,7 +3,7 @@
     python benchmarks/ingest_replay.py            # ~1 min
     python benchmarks/ingest_replay.py --seconds 3
 
-For each answer size of the model's two tables (today's answers, full-stage answers) and K = 1, 2, 4 ingest
+For each answer size of the model's two tables (today's answers, big answers) and K = 1, 2, 4 ingest
 workers: K processes share the offered answer rate of 100 nodes x 48 collectors (``scaling_model.Model``: raw
 env-steps/s / answer size), each taking its share on schedule (or at once when behind). Per answer a worker
 
@@ -19,7 +19,9 @@ a machine shared with other work gives the workers less than K cores, with the m
 (their CPU seconds / wall seconds); the workers' CPU per answer is compared with the model's c(n) x n. What this
 checks: that the copy cost measured by one writer holds with K concurrent writers on one storage, and that ingest
 scales with the CPU it gets as the model assumes, on this machine (K beyond its cores cannot scale: the ``cores``
-column). What it does not: Ray's own behaviour at 100 nodes' answer rate (its per-answer cost is replayed, not run).
+column). What it does not: Ray's own behaviour at 100 nodes' answer rate (its per-answer cost is replayed, not run),
+nor the GIL: the runner's ingest workers (``ingest_workers=K``) are threads of the learner process, parallel only
+where Ray and numpy release the GIL, while the replay's workers are processes, the K cores the model assumes.
 Reads ``scaling_inputs.json``; writes ``ingest_replay.json`` to ``--out``.
 """
 

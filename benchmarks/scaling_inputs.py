@@ -7,9 +7,10 @@ Measured here:
 
 - **Ingest cost per answer at each answer size** (32 ... 4,096 transitions): a local Ray, 2 fake collectors
   (actors answering a pre-built answer of the real layout: ``CollectorActor.exchange``'s dict, rows of
-  ``UniLab/Quadruped-v0``'s replay layout), and the learner doing per answer what ``RayCollectorPool.poll`` does:
-  ``ray.wait`` without blocking on the requests in flight (2 per collector), ``ray.get``, one reservation and copy
-  into a ``ReplayStorage``, the next request with the learner's signals. Learner-thread CPU, split into the Ray part
+  ``UniLab/Quadruped-v0``'s replay layout), and the learner doing per answer what ``RayCollectorPool`` does: the
+  answer's ObjectRef arrives in a queue from a callback on Ray's thread (2 requests in flight per collector),
+  ``ray.get``, one reservation and copy into a ``ReplayStorage``, the next request (one tuple of plain values, a
+  callback registered on it). Learner-thread CPU, split into the Ray part
   and the copy, and the CPU of Ray's own threads in the learner process (the core worker's I/O, which receives the
   replies), interleaved over sizes, median of 3 rounds.
 - **Bytes per transition on the wire**: the same answers serialized as Ray does (pickle protocol 5, numpy blocks
@@ -24,7 +25,7 @@ Read from committed results (each entry names its file and date):
 - **Ingest cost in real runs**: per answer in the steady window of a real 2-collector SAC run, with its answer
   size: what a real learner pays per answer beyond the ingest path measured here (``ray.wait`` polls between
   answers, bookkeeping). The newest of ``bench_ray.json`` (learner thread and Ray's I/O threads) and
-  ``ray_netns.json``'s ``veth`` SAC run (learner thread; Ray's threads taken as in the ingest path).
+  ``ray_netns.json``'s ``veth`` SAC run (learner thread and Ray's threads).
 - **Weight broadcast per node** and the publish rate (``ray_netns.json``: ``bench_ray_netns.py``'s broadcast
   measurement and SAC runs per link profile).
 
@@ -38,6 +39,7 @@ import datetime
 import json
 import os
 import pickle
+import queue
 import statistics
 import subprocess
 import sys
@@ -65,8 +67,8 @@ def fake_answer(n: int, num_collectors: int = 2) -> dict[str, Any]:
     return {
         "data": {"rows": rng.random((n, width), dtype=np.float32)},
         "messages": [("episodes", [12.5] * (n // 250), [250] * (n // 250))],
-        "row": np.zeros(ROW_FIELDS, np.int64),
-        "metrics": np.zeros(METRIC_FIELDS, np.float64),
+        "row": np.zeros(ROW_FIELDS, np.int64).tobytes(),
+        "metrics": np.zeros(METRIC_FIELDS, np.float64).tobytes(),
         "node_id": "f" * 56,
         "pid": 12345,
         "host": "node-00",
@@ -90,7 +92,6 @@ def wire_bytes(sizes: tuple[int, ...] = SIZES) -> dict[str, Any]:
 
 def ingest_costs(sizes: tuple[int, ...], answers: int, rounds: int) -> dict[str, Any]:
     """Learner-thread CPU per answer (Ray part, copy) at each size; medians over ``rounds`` interleaved rounds."""
-    import numpy as np
     import ray
 
     from unilab_gym.replay import ReplayStorage
@@ -106,39 +107,42 @@ def ingest_costs(sizes: tuple[int, ...], answers: int, rounds: int) -> dict[str,
             def __init__(self, n: int) -> None:
                 self.answer = fake_answer(n)
 
-            def exchange(self, seq: int, signals: Any, totals: Any, weights: Any) -> dict[str, Any]:
+            def exchange(self, request: tuple[Any, ...]) -> dict[str, Any]:
                 return self.answer
 
         per: dict[int, list[tuple[float, float, float, float]]] = {n: [] for n in sizes}
-        signals, totals = (10**9, 0, 0), np.zeros(2, np.int64)
+        request = (0, (10**9, 0, 0), (0, 0), None)  # (seq, signals, totals, weights): plain values, one argument
         for _ in range(rounds):
             for n in sizes:
                 actors = [FakeCollector.remote(n) for _ in range(2)]
-                ray.get([a.exchange.remote(0, signals, totals, None) for a in actors])  # started
-                in_flight = {
-                    a.exchange.remote(0, signals, totals, None): a for a in actors for _ in range(MAX_IN_FLIGHT)
-                }
+                ray.get([a.exchange.remote(request) for a in actors])  # started
+                inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+                in_flight = {}
+                for a in actors:
+                    for _ in range(MAX_IN_FLIGHT):
+                        ref = a.exchange.remote(request)
+                        in_flight[ref] = a
+                        _on_ready(ref, inbox)
                 ray_cpu = copy_cpu = 0.0
                 done = 0
                 t0, p0, th0 = time.perf_counter(), time.process_time(), time.thread_time()
                 while done < answers:
-                    ready, _ = ray.wait(list(in_flight), num_returns=1)  # the learner's blocking wait()
+                    ref = inbox.get()  # the learner's wait(): a callback on Ray's thread fills the inbox
                     c0 = time.thread_time()
-                    ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)  # poll()
-                    for ref in ready:
-                        actor = in_flight.pop(ref)
-                        rows = ray.get(ref)["data"]["rows"]
-                        c1 = time.thread_time()
-                        res = storage.reserve(len(rows))
-                        for r0, r1, s0, s1 in res.pieces:
-                            storage.block[r0:r1] = rows[s0:s1]
-                        storage.commit(res)
-                        c2 = time.thread_time()
-                        copy_cpu += c2 - c1
-                        ray_cpu -= c2 - c1
-                        in_flight[actor.exchange.remote(done, signals, totals, None)] = actor
-                        done += 1
-                    ray_cpu += time.thread_time() - c0
+                    actor = in_flight.pop(ref)
+                    rows = ray.get(ref)["data"]["rows"]
+                    c1 = time.thread_time()
+                    res = storage.reserve(len(rows))
+                    for r0, r1, s0, s1 in res.pieces:
+                        storage.block[r0:r1] = rows[s0:s1]
+                    storage.commit(res)
+                    c2 = time.thread_time()
+                    nxt = actor.exchange.remote(request)
+                    in_flight[nxt] = actor
+                    _on_ready(nxt, inbox)
+                    done += 1
+                    copy_cpu += c2 - c1
+                    ray_cpu += (c1 - c0) + (time.thread_time() - c2)
                 wall = time.perf_counter() - t0
                 io_cpu = (time.process_time() - p0) - (time.thread_time() - th0)  # Ray's threads in this process
                 per[n].append((1e6 * ray_cpu / done, 1e6 * copy_cpu / done, 1e6 * wall / done, 1e6 * io_cpu / done))
@@ -160,6 +164,15 @@ def ingest_costs(sizes: tuple[int, ...], answers: int, rounds: int) -> dict[str,
     finally:
         storage.close()
         ray.shutdown()
+
+
+def _on_ready(ref: Any, inbox: Any) -> None:
+    """Put ``ref`` in ``inbox`` when its object is ready, from Ray's thread (as ``RayCollectorPool`` does)."""
+    hook = getattr(ref, "_on_ready", None)
+    if callable(hook):
+        hook(lambda _error: inbox.put(ref))
+    else:
+        ref.future().add_done_callback(lambda _future: inbox.put(ref))
 
 
 def training_rate(grad_steps: int) -> dict[str, Any]:
@@ -255,13 +268,13 @@ def committed_inputs(results: str) -> dict[str, Any]:
         }
         out["broadcast_source"] = f"ray_netns.json ({net['date']})"
         sac = net["profiles"].get("veth", {}).get("sac")
-        if sac:  # the learner thread only: Ray's I/O threads were not measured there
+        if sac:  # Ray's threads: measured from run 2 of bench_ray_netns.py on (else taken as in the ingest path)
             candidates.append(
                 {
                     "us_per_answer": sac["ingest_us_per_transition"] * sac["answer_transitions_mean"],
                     "answer_transitions": sac["answer_transitions_mean"],
                     "us_per_transition": sac["ingest_us_per_transition"],
-                    "io_threads_us_per_transition": None,
+                    "io_threads_us_per_transition": sac.get("io_threads_us_per_transition"),
                     "date": net["date"],
                     "source": f"ray_netns.json ({net['date']}, code {net.get('code')}): the veth SAC run's steady "
                     "window",

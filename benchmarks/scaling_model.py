@@ -8,9 +8,8 @@ present, ``ingest_replay.json`` (``benchmarks/ingest_replay.py``: the check of t
 x 48 cores, one collector of 32 envs per core; K ingest workers, each a learner-side core), transitions per second:
 
 - **raw**: N x 48 x the per-core collector rate (``per_core.collector_env_steps_per_s``).
-- **answer size** n: an answer returns when ``EXCHANGE_MIN_STEPS`` vector steps are staged or after
-  ``EXCHANGE_WAIT_S`` (``unilab_gym.runtime.ray_collector``), so n = min(4 x 32, per-collector rate x 0.05 s);
-  the second table takes full-stage answers (2,048 transitions) instead.
+- **answer size** n: today's exchange rule at the per-core rate (``Model.answer_size``); the second table takes
+  the largest answer that rule sends (half a stage, 1,024 transitions) instead.
 - **ingest** = K x 10^6 / c(n), c(n) in µs of CPU per transition = (ingest path per answer at size n, the
   learner thread's and Ray's I/O threads' CPU, interpolated between the measured sizes + what a real run pays per
   answer beyond that path) / n. The real-run extra is ``real_run_ingest`` (per answer, learner thread and Ray's
@@ -41,7 +40,8 @@ NODES = (1, 2, 4, 8, 16, 32, 100)
 CORES = 48
 KS = (1, 2, 4)
 ENVS_PER_COLLECTOR = 32
-FULL_STAGE = 2048
+#: the largest answer today's exchange rule sends: half an off-policy stage of 32 envs (``STAGE_STEPS`` x 32 / 2).
+BIG_ANSWER = 1024
 BEGIN, END = "<!-- scaling-table: begin (benchmarks/scaling_model.py --docs) -->", "<!-- scaling-table: end -->"
 
 
@@ -73,9 +73,10 @@ class Model:
         io_real = real.get("io_threads_us_per_transition")
         #: what a real run pays per answer beyond the ingest path at its answer size (µs of CPU): its learner
         #: thread's, and Ray's I/O threads' where that run measured them (else taken as the ingest path's).
-        self.extra_us = max(0.0, real["us_per_answer"] - _interp(self.sizes, thread_us, n_real))
+        #: (negative when the real pool pays less per answer than the measured path)
+        self.extra_us = real["us_per_answer"] - _interp(self.sizes, thread_us, n_real)
         if io_real is not None:
-            self.extra_us += max(0.0, io_real * n_real - _interp(self.sizes, io_us, n_real))
+            self.extra_us += io_real * n_real - _interp(self.sizes, io_us, n_real)
         self.per_core = inputs["per_core"]["collector_env_steps_per_s"]
         self.link_bytes_per_s = link_gbit * 1e9 / 8
         self.link_gbit = link_gbit
@@ -87,24 +88,32 @@ class Model:
 
     def us_per_answer(self, n: float) -> float:
         """Learner CPU per answer of ``n`` transitions (ingest path + real-run extra), µs."""
-        return _interp(self.sizes, self.path_us, n) + self.extra_us
+        return max(_interp(self.sizes, self.copy_us, n), _interp(self.sizes, self.path_us, n) + self.extra_us)
 
     def us_per_transition(self, n: float) -> float:
         """Learner CPU per transition at answers of ``n`` transitions, µs."""
         return self.us_per_answer(n) / n
 
-    def answer_size(self, full_stage: bool) -> float:
-        """Transitions per answer: today's exchange rule, or a full stage."""
-        from unilab_gym.runtime.ray_collector import EXCHANGE_MIN_STEPS, EXCHANGE_WAIT_S
+    def answer_size(self, big: bool) -> float:
+        """Transitions per answer: today's exchange rule at the per-core rate, or :data:`BIG_ANSWER`.
 
-        if full_stage:
-            return float(FULL_STAGE)
-        return min(EXCHANGE_MIN_STEPS * ENVS_PER_COLLECTOR, self.per_core * EXCHANGE_WAIT_S)
+        Today's rule (``unilab_gym.runtime.ray_collector``): an answer returns once ``EXCHANGE_TARGET_S`` of the
+        collector's writes are staged (at least ``EXCHANGE_MIN_STEPS`` vector steps, at most half the stage), or
+        after ``EXCHANGE_WAIT_S`` with what is staged.
+        """
+        from unilab_gym.runtime import ray_collector as rc
 
-    def row(self, nodes: int, k: int, full_stage: bool) -> dict[str, Any]:
+        if big:
+            return float(BIG_ANSWER)
+        floor = rc.EXCHANGE_MIN_STEPS * ENVS_PER_COLLECTOR
+        cap = rc.STAGE_STEPS * ENVS_PER_COLLECTOR // 2
+        target = min(max(self.per_core * getattr(rc, "EXCHANGE_TARGET_S", 0.0), floor), cap)
+        return min(target, self.per_core * rc.EXCHANGE_WAIT_S)
+
+    def row(self, nodes: int, k: int, big: bool) -> dict[str, Any]:
         """One row of the table (transitions/s per column, the bottleneck's name)."""
         wire = self.inputs["wire"]
-        n = self.answer_size(full_stage)
+        n = self.answer_size(big)
         raw = nodes * CORES * self.per_core
         bytes_per_transition = wire["bytes_per_transition"] + wire["fixed_bytes"] / n
         broadcast = nodes * self.weights_bytes * self.versions_per_s
@@ -132,7 +141,7 @@ class Model:
             "mb_per_s_into_learner": caps[first] * bytes_per_transition / 1e6,
         }
 
-    def table(self, full_stage: bool) -> str:
+    def table(self, big: bool) -> str:
         """The markdown table for today's answers or full-stage answers."""
         head = (
             "| nodes x 48 | K | raw env-steps/s | answer | answers/s | ingest cap | link cap | training cap "
@@ -141,7 +150,7 @@ class Model:
         lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
         for nodes in NODES:
             for k in KS:
-                r = self.row(nodes, k, full_stage)
+                r = self.row(nodes, k, big)
                 lines.append(
                     f"| {nodes} | {k} | {_si(r['collectors_cap'])} | {r['answer']:.0f} | {_si(r['answers_per_s'])} "
                     f"| {_si(r['ingest_cap'])} | {_si(r['link_cap'])} | {_si(r['training_cap'])} "
@@ -222,11 +231,13 @@ def render(inputs: dict[str, Any], replay: dict[str, Any] | None, **kwargs: Any)
         "",
         model.inputs_table(),
         "",
-        f"**Today's answers** ({model.answer_size(False):.0f} transitions: a collector's 0.05 s of steps):",
+        f"**Today's answers** ({model.answer_size(False):.0f} transitions: what the exchange rule sends at "
+        f"{model.per_core:,.0f} env-steps/s per collector):",
         "",
         model.table(False),
         "",
-        f"**Full-stage answers** ({FULL_STAGE} transitions, e.g. a larger `EXCHANGE_MIN_STEPS`):",
+        f"**Big answers** ({BIG_ANSWER} transitions: half a stage, the most today's rule sends; e.g. "
+        "`EXCHANGE_MIN_STEPS = 32`):",
         "",
         model.table(True),
     ]
