@@ -7,6 +7,7 @@ on ``sys.path`` so that test modules import them by name (``from _runner_common 
 collectors, which inherit ``sys.path``, can unpickle what they name.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +22,10 @@ if str(HELPERS) not in sys.path:
 # machine a core. Set here once for the session, so that a run of one file measures and behaves as the full suite
 # (where test modules that set it at import, e.g. sb3/test_control_server.py, made it session-wide at collection).
 th.set_num_threads(1)
+# The same for the Python subprocesses the tests start (examples, benchmarks, rl-zoo3, collectors, Ray workers): in
+# torch's OpenMP pool the idle thread spins after each small op; rl-zoo3's 300-step SAC run took 23.5 CPU s with two
+# threads and 4.5 with one. setdefault: a CI that sets OMP_NUM_THREADS keeps its own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 #: Test modules that check determinism: CI runs them again with numpy's SIMD dispatch limited (``-m determinism``).
 DETERMINISM_MODULES = {"test_determinism", "test_gait_rewards", "test_domain_randomization", "test_task_seam"}
