@@ -16,6 +16,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from unilab_gym import AsyncRunner, CollectorError
 
+#: collector_timeout_s of these tests, in s: long enough that no healthy collector on a loaded 2-core CI machine
+#: (one step seen to take over 2 s there) counts as hung, as short as that allows (each test waits it out once).
+HUNG_AFTER_S = 10
+
 
 def resume_and_kill(pids):
     """SIGCONT then SIGKILL every pid still there (a test that failed must not leave a stopped process)."""
@@ -46,10 +50,10 @@ class StopCollector(BaseCallback):
 def test_a_sigstopped_collector_is_a_collector_error_naming_it():
     """PPO's learn() used to wait for the stopped collector's rollout for ever (SAC: see the next test)."""
     model = make_model("ppo", 4)
-    # 5 s, not less: a collector's heartbeat moves once per env step, and on a loaded 2-core CI machine one
+    # 10 s, not less: a collector's heartbeat moves once per env step, and on a loaded 2-core CI machine one
     # step (with the first forward pass of the policy) has taken over 2 s, which flagged a healthy collector
-    # as hung before the callback could stop it
-    timeout = 5
+    # as hung before the callback could stop it (at 2 s); 10 s leaves that stall a 5x margin
+    timeout = HUNG_AFTER_S
     runner = AsyncRunner(
         model, env_id=ID, num_collectors=2, envs_per_collector=2, env_kwargs=SMALL_ENV, collector_timeout_s=timeout
     )
@@ -81,7 +85,7 @@ def test_a_stalled_collector_shows_its_true_lag_then_is_restarted():
         env_kwargs=SMALL_ENV,
         replay_ratio=0.25,
         max_policy_lag=1,
-        collector_timeout_s=5,
+        collector_timeout_s=HUNG_AFTER_S,
         max_collector_restarts=1,
     ) as runner:
         stop = StopCollector(runner, 1, after=64)
