@@ -71,6 +71,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns
 from common import RESULTS_DIR, busy_warning, machine_info, sample_load, write_json
 
+from unilab_gym.cli import HelpFormatter
+
 ID = "UniLab/Quadruped-v0"
 NUM_ENVS = 64
 COLLECTORS = 2
@@ -528,9 +530,11 @@ def _ms(value: float | None, scale: float = 1.0) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the 100mbit-5ms profile only, shorter runs (~3 min)")
-    parser.add_argument("--profiles", nargs="*", choices=list(netns.PROFILES), default=None)
+    parser.add_argument(
+        "--profiles", nargs="*", choices=list(netns.PROFILES), default=None, help="link profiles to run (default: all)"
+    )
     parser.add_argument("--repeats", type=int, default=None, help="rounds over the profiles (default 2; quick 1)")
     parser.add_argument(
         "--max-minutes", type=float, default=12.0, help="start no further round once one more would end past this"

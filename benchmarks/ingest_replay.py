@@ -40,6 +40,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS_DIR, busy_warning, machine_info, sample_load, write_json
 from scaling_model import CORES, KS, Model
 
+from unilab_gym.cli import HelpFormatter
+
 NODES = 100
 
 
@@ -133,8 +135,10 @@ def _copy_us(model: Model, n: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--inputs", default=os.path.join(RESULTS_DIR, "scaling_inputs.json"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
+    parser.add_argument(
+        "--inputs", default=os.path.join(RESULTS_DIR, "scaling_inputs.json"), help="measured inputs (scaling_inputs.py)"
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each replay")
     parser.add_argument("--out", default=RESULTS_DIR, help="output directory")
     args = parser.parse_args(argv)

@@ -49,6 +49,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS_DIR, busy_warning, machine_info, sample_load, write_json
 
+from unilab_gym.cli import HelpFormatter
+
 ID = "UniLab/Quadruped-v0"
 #: Answer sizes measured, in transitions (one vector step of 32 envs to a full stage of 64 steps x 64 envs).
 SIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -295,7 +297,7 @@ def code_version() -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer answers and gradient steps (~1 min)")
     parser.add_argument("--out", default=RESULTS_DIR, help="output directory")
     parser.add_argument("--results", default=RESULTS_DIR, help="where the committed results are read")

@@ -36,6 +36,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS_DIR
 
+from unilab_gym.cli import HelpFormatter
+
 NODES = (1, 2, 4, 8, 16, 32, 100)
 CORES = 48
 KS = (1, 2, 4)
@@ -253,12 +255,20 @@ def render(inputs: dict[str, Any], replay: dict[str, Any] | None, **kwargs: Any)
 
 
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--inputs", default=os.path.join(RESULTS_DIR, "scaling_inputs.json"))
-    parser.add_argument("--replay", default=os.path.join(RESULTS_DIR, "ingest_replay.json"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
+    parser.add_argument(
+        "--inputs", default=os.path.join(RESULTS_DIR, "scaling_inputs.json"), help="measured inputs (scaling_inputs.py)"
+    )
+    parser.add_argument(
+        "--replay",
+        default=os.path.join(RESULTS_DIR, "ingest_replay.json"),
+        help="the simulation's results (ingest_replay.py)",
+    )
     parser.add_argument("--link-gbit", type=float, default=10.0, help="the learner's link, Gbit/s")
     parser.add_argument("--replay-ratio", type=float, default=1 / 64, help="gradient steps per transition")
-    parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "scaling_model.md"))
+    parser.add_argument(
+        "--out", default=os.path.join(RESULTS_DIR, "scaling_model.md"), help="the markdown tables written"
+    )
     parser.add_argument("--docs", default=None, help="a page whose scaling-table markers get the output")
     args = parser.parse_args(argv)
     with open(args.inputs) as f:
