@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from unilab_gym.replay.header import EVICTED, FINAL_HEAD, FLOOR, GENERATION, HEAD, HEADER_BYTES
 from unilab_gym.replay.layout import ReplayLayout
 from unilab_gym.replay.persistence import RingState
-from unilab_gym.replay.ring import EVICTED, FINAL_HEAD, FLOOR, GENERATION, HEAD, HEADER_BYTES
 from unilab_gym.replay.sampling import MAX_SAMPLE_ROUNDS
 from unilab_gym.replay.storage import ReplayStorage, as_column
 from unilab_gym.shm import Segment

@@ -25,9 +25,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from unilab_gym.replay.header import MAX_SLOTS
 from unilab_gym.replay.integrity import data_checksum, verify_checksum
 from unilab_gym.replay.layout import ReplayLayout
-from unilab_gym.replay.ring import MAX_SLOTS
 from unilab_gym.validation import check_int, check_positive_int
 
 __all__ = ["STATE_VERSION", "RingState", "checked_state", "state_dict"]

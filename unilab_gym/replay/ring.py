@@ -84,90 +84,56 @@ class and one subclass per variant):
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn, Self
 
 import numpy as np
 
+from unilab_gym.replay.header import (
+    CAPACITY,
+    CLOSED,
+    COMMITTED,
+    EVICTED,
+    FINAL_HEAD,
+    FLOOR,
+    FORMAT_VERSION,
+    GENERATION,
+    HEAD,
+    HEADER_BYTES,
+    HEADER_INTS,
+    MAGIC,
+    MAGIC_NUMBER,
+    MAX_SLOTS,
+    OWNER_CHECK_EVERY,
+    OWNER_PID,
+    OWNER_PIDNS,
+    PREAMBLE,
+    RECORD_BYTES,
+    SLOT_ABORTED,
+    SLOT_FREE,
+    SLOT_PID,
+    SLOT_START,
+    SLOT_STATE,
+    SLOT_STOP,
+    SLOT_WRITING,
+    VERSION,
+    WIDTH,
+    layout_mismatch,
+    layout_record,
+)
 from unilab_gym.replay.layout import ReplayLayout
 from unilab_gym.replay.lock import ReplayClosedError, ReplayOwnerGoneError, SegmentLock, pid_alive, pid_namespace
 from unilab_gym.shm import DEFAULT_PREFIX, Segment
 from unilab_gym.validation import check_positive_int, check_real
 
-__all__ = [
-    "CAPACITY",
-    "CLOSED",
-    "COMMITTED",
-    "EVICTED",
-    "FINAL_HEAD",
-    "FLOOR",
-    "GENERATION",
-    "HEAD",
-    "HEADER_BYTES",
-    "HEADER_INTS",
-    "MAGIC",
-    "MAX_SLOTS",
-    "OWNER_CHECK_EVERY",
-    "OWNER_PID",
-    "OWNER_PIDNS",
-    "PREAMBLE",
-    "RECORD_BYTES",
-    "SLOT_ABORTED",
-    "SLOT_FREE",
-    "SLOT_PID",
-    "SLOT_START",
-    "SLOT_STATE",
-    "SLOT_STOP",
-    "SLOT_WRITING",
-    "VERSION",
-    "WIDTH",
-    "ReplayClosedError",
-    "ReplayHandle",
-    "ReplayOwnerGoneError",
-    "ReplayRing",
-    "Reservation",
-    "layout_record",
-]
+__all__ = ["ReplayClosedError", "ReplayHandle", "ReplayOwnerGoneError", "ReplayRing", "Reservation"]
 
-# ---- the header table: int64 indices into the segment's header -------------------------------------------------
-# The ring's subclasses (sampling.py, storage.py, linking.py) read and write the header through these names, under
-# the header lock, as the protocol above says. Layout: a preamble of PREAMBLE int64 fields, then the slot table.
-_MAGIC_VALUE = 0x554E494C41425250  # "UNILABRP"
-_VERSION_VALUE = 2  # 2: owner pid and layout record
-#: preamble fields: the magic number, the format version, the ring's capacity (rows) and row width (bytes).
-MAGIC, VERSION, CAPACITY, WIDTH = range(4)
-#: rows ever reserved (the next sequence number), rows ever committed, the generation (bumped when the ring's
-#: contents are replaced by a restore: samplers in flight redraw), and the owner's closed flag.
-HEAD, COMMITTED, GENERATION, CLOSED = range(4, 8)
-#: the owner's pid and pid namespace (attachers check its liveness), and the layout record's length in bytes.
-OWNER_PID, OWNER_PIDNS, RECORD_BYTES = range(8, 11)
-#: optimized layouts (:mod:`~unilab_gym.replay.linking`): side-table entries ever written (the next one), the
-#: retirement floor (rows below it are retired: an episode end of theirs left the side table) and the side
-#: entries overwritten while their row was still in the ring.
-FINAL_HEAD, FLOOR, EVICTED = 11, 12, 13
-#: int64 fields before the slot table (14 and 15 are free).
-PREAMBLE = 16
-MAX_SLOTS = 32  #: reservations that may be in flight at once (writers x threads)
-#: a slot's state: free, being written by a live writer, abandoned (its rows are never sampled).
-SLOT_FREE, SLOT_WRITING, SLOT_ABORTED = 0, 1, 2
-#: the slot table: four contiguous int64[MAX_SLOTS] columns after the preamble; slot ``i``'s state is at
-#: ``SLOT_STATE + i``, its range ``[start, stop)`` of sequence numbers at ``SLOT_START + i`` / ``SLOT_STOP + i``,
-#: its writer's pid at ``SLOT_PID + i``.
-SLOT_STATE, SLOT_START, SLOT_STOP, SLOT_PID = (PREAMBLE + k * MAX_SLOTS for k in range(4))
-_ALL_FREE = bytes(8 * MAX_SLOTS)
-#: int64 values of the header.
-HEADER_INTS = PREAMBLE + 4 * MAX_SLOTS
-#: bytes of the header: 1152, a multiple of 64 (the block after it is cache-line aligned).
-HEADER_BYTES = 8 * HEADER_INTS
-
-#: attachers check the owner's liveness every this many adds / reserves / samples.
-OWNER_CHECK_EVERY = 64
+_ALL_FREE = bytes(8 * MAX_SLOTS)  # the slot table's state column when no reservation is in flight
 _LOCKED_WRITE_ROWS = 1024  # adds up to this many rows are written while holding the lock
 
 
@@ -199,43 +165,6 @@ class Reservation(NamedTuple):
     n: int
     slot: int
     pieces: tuple[tuple[int, int, int, int], ...]
-
-
-def layout_record(layout: ReplayLayout, capacity: int) -> bytes:
-    """The JSON record of ``capacity`` and ``layout.fields`` stored at the end of the segment."""
-    fields = [[name, list(shape), dtype] for name, shape, dtype in layout.fields]
-    record: dict[str, Any] = {"capacity": capacity, "fields": fields}
-    if layout.final_obs:
-        record["final_obs"] = layout.final_obs
-    return json.dumps(record, separators=(",", ":")).encode()
-
-
-def _describe(field: Any) -> str:
-    if field is None:
-        return "no field"
-    try:
-        name, shape, dtype = field
-        return f"{name!r} of shape {tuple(shape)} {dtype}"
-    except (TypeError, ValueError):
-        return repr(field)
-
-
-def _layout_mismatch(record: Mapping[str, Any], layout: ReplayLayout, capacity: int) -> str | None:
-    """The first difference between a segment's layout record and a handle, or ``None``."""
-    fields = record.get("fields")
-    if not isinstance(fields, list):
-        return "the segment has no field list"
-    wanted = [[name, list(shape), dtype] for name, shape, dtype in layout.fields]
-    for i, (got, want) in enumerate(itertools.zip_longest(fields, wanted)):
-        if got != want:
-            parts = zip(("name", "shape", "dtype"), got or [None] * 3, want or [None] * 3)
-            what = next((part for part, a, b in parts if a != b), "entry")
-            return f"field {i} {what}: the segment has {_describe(got)}, the handle {_describe(want)}"
-    if record.get("final_obs", 0) != layout.final_obs:
-        return f"final_obs: the segment has {record.get('final_obs', 0)!r} side entries, the handle {layout.final_obs}"
-    if record.get("capacity") != capacity:
-        return f"capacity: the segment has {record.get('capacity')!r} rows, the handle {capacity}"
-    return None
 
 
 def _flag_closed(header: memoryview, owner_pid: int) -> None:
@@ -296,8 +225,8 @@ class ReplayRing:
             header = np.frombuffer(segment.buf, dtype=np.int64, count=HEADER_INTS)
             header[CAPACITY], header[WIDTH], header[RECORD_BYTES] = capacity, layout.width, len(record)
             header[OWNER_PID], header[OWNER_PIDNS] = os.getpid(), pid_namespace()
-            header[VERSION] = _VERSION_VALUE
-            header[MAGIC] = _MAGIC_VALUE
+            header[VERSION] = FORMAT_VERSION
+            header[MAGIC] = MAGIC_NUMBER
             del header
         except BaseException:
             segment.close()
@@ -337,17 +266,17 @@ class ReplayRing:
             magic, version, nrecord = int(header[MAGIC]), int(header[VERSION]), int(header[RECORD_BYTES])
             closed = bool(header[CLOSED])
             del header
-            if magic != _MAGIC_VALUE:
+            if magic != MAGIC_NUMBER:
                 raise ValueError(f"{prefix}: it is not a unilab-gym replay segment")
-            if version != _VERSION_VALUE:
-                raise ValueError(f"{prefix}: format version {version}, this unilab-gym reads {_VERSION_VALUE}")
+            if version != FORMAT_VERSION:
+                raise ValueError(f"{prefix}: format version {version}, this unilab-gym reads {FORMAT_VERSION}")
             if not 0 < nrecord <= segment.size - HEADER_BYTES:
                 raise ValueError(f"{prefix}: its layout record is missing")
             try:
                 record = json.loads(bytes(segment.buf[segment.size - nrecord :]))
             except ValueError:
                 raise ValueError(f"{prefix}: its layout record is corrupted") from None
-            mismatch = _layout_mismatch(record, handle.layout, handle.capacity)
+            mismatch = layout_mismatch(record, handle.layout, handle.capacity)
             if mismatch is not None:
                 raise ValueError(f"{prefix}: {mismatch}")
             expected = HEADER_BYTES + handle.capacity * handle.layout.row_nbytes + handle.layout.side_nbytes + nrecord

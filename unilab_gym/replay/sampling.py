@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from unilab_gym.replay.ring import GENERATION, HEAD, ReplayRing
+from unilab_gym.replay.header import GENERATION, HEAD
+from unilab_gym.replay.ring import ReplayRing
 from unilab_gym.replay.status import status_of
 from unilab_gym.validation import check_positive_int
 

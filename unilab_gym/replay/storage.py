@@ -28,10 +28,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from unilab_gym.replay.layout import ReplayLayout
-from unilab_gym.replay.lock import ReplayClosedError, ReplayOwnerGoneError, pid_alive
-from unilab_gym.replay.persistence import RingState, checked_state, state_dict
-from unilab_gym.replay.ring import (
+from unilab_gym.replay.header import (
     COMMITTED,
     GENERATION,
     HEAD,
@@ -42,10 +39,12 @@ from unilab_gym.replay.ring import (
     SLOT_ABORTED,
     SLOT_FREE,
     SLOT_WRITING,
-    ReplayHandle,
-    Reservation,
     layout_record,
 )
+from unilab_gym.replay.layout import ReplayLayout
+from unilab_gym.replay.lock import ReplayClosedError, ReplayOwnerGoneError, pid_alive
+from unilab_gym.replay.persistence import RingState, checked_state, state_dict
+from unilab_gym.replay.ring import ReplayHandle, Reservation
 from unilab_gym.replay.sampling import SamplingRing
 from unilab_gym.shm import DEFAULT_PREFIX, Segment, SegmentNotFoundError
 from unilab_gym.validation import check_positive_int, check_real_array
