@@ -41,6 +41,40 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.determinism)
 
 
+@pytest.fixture(scope="module")
+def local_ray():
+    """The ``ray`` module with the session's shared local instance running (``helpers/_shared_ray.py``: one Ray
+    start for every module that asks, instead of one per module)."""
+    pytest.importorskip("ray")
+    import _shared_ray
+
+    return _shared_ray.start()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared_ray_only_where_asked(request):
+    """A module none of whose tests asks for ``local_ray`` starts with the shared Ray shut down (modules that
+    build their own cluster, or check that a pool initialises Ray itself, see no Ray whatever ran before)."""
+    asks = (
+        getattr(item, "module", None) is request.module and "local_ray" in getattr(item, "fixturenames", ())
+        for item in request.session.items
+    )
+    if not any(asks):
+        import _shared_ray
+
+        _shared_ray.stop()
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_shared_ray():
+    """Shut the shared Ray down when the session ends."""
+    yield
+    import _shared_ray
+
+    _shared_ray.stop()
+
+
 @pytest.fixture
 def closing():
     """``closing(env) -> env``: close every env the test passed through it when the test ends."""

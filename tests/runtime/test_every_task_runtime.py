@@ -240,20 +240,6 @@ def test_process_collectors_write_the_tasks_dict_observations_into_the_shared_re
         model.replay_buffer.close()
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """One local Ray instance for the module's Ray runs (the runners use it and leave it running)."""
-    ray = pytest.importorskip("ray")
-    if ray.is_initialized():
-        yield ray
-        return
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=80 << 20, log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
 @pytest.mark.parametrize("task", TASKS)
 def test_ray_collectors_ship_the_tasks_rollouts_to_the_learner(task, local_ray, spaces_of, reset_obs):
     obs_space, act_space = spaces_of(task, False)

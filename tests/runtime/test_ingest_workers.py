@@ -25,13 +25,8 @@ K = 2
 WORKERS = {f"unilab-ingest-{w}" for w in range(K)}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(address="local", num_cpus=4, include_dashboard=False, object_store_memory=80 << 20)
-    try:
-        yield
-    finally:
-        ray.shutdown()
+#: every test runs on the session's shared local Ray (tests/conftest.py, ``local_ray``)
+pytestmark = pytest.mark.usefixtures("local_ray")
 
 
 def ingest_threads():

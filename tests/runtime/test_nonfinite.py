@@ -12,7 +12,6 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 import _runner_envs
-from _paths import HELPERS
 from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -124,21 +123,12 @@ def test_ppo_inf_reward_is_a_collector_error_naming_env_and_step(tmp_path, one_t
     assert np.isfinite(model.rollout_buffer.rewards).all() and np.isfinite(model.rollout_buffer.returns).all()
 
 
-def test_ray_collectors_refuse_a_nan_observation_the_same_way(tmp_path, one_torch_thread):
+def test_ray_collectors_refuse_a_nan_observation_the_same_way(tmp_path, one_torch_thread, local_ray):
     """The check lives in the Collector that both backends build (a Ray actor's StagedCollector is one)."""
-    ray = pytest.importorskip("ray")
     claim = tmp_path / "claim"
     env_fn = functools.partial(_runner_envs.tiny, claim_path=str(claim), fault="nan_obs", fault_at=30, fault_env=1)
     model = tiny_sac()
-    # a local instance of our own; its workers import _runner_envs from tests/helpers/
-    ray.init(
-        address="local",
-        num_cpus=1,
-        include_dashboard=False,
-        object_store_memory=80 << 20,
-        configure_logging=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(HELPERS)}},
-    )
+    # the session's shared local Ray (tests/conftest.py); its workers import _runner_envs from tests/helpers/
     try:
         runner = AsyncRunner(model, env_fn=env_fn, num_collectors=1, envs_per_collector=2, backend="ray")
         with pytest.raises(CollectorError) as info:
@@ -150,5 +140,4 @@ def test_ray_collectors_refuse_a_nan_observation_the_same_way(tmp_path, one_torc
         bad, written = nonfinite_rows(model.replay_buffer)
         assert bad == 0, f"{bad} of {written} replay rows hold a NaN / inf"
     finally:
-        ray.shutdown()
         model.replay_buffer.close()
