@@ -61,7 +61,7 @@ __all__ = [
     "final_obs_capacity_for",
 ]
 
-#: the names this module had before the header table moved to :mod:`unilab_gym.replay.ring` (read by code and
+#: the names this module had before the header table moved to :mod:`unilab_gym.replay.header` (read by code and
 #: tests of 0.1 as ``storage._HEADER_BYTES``, ...): the same objects.
 _HEADER_BYTES, _OWNER_CHECK_EVERY, _layout_record = HEADER_BYTES, OWNER_CHECK_EVERY, layout_record
 

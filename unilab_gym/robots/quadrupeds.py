@@ -2,7 +2,7 @@
 
 Each description cites where its nominal pose and gains come from. Standing heights were measured here: the base
 height after 10 s standing in the nominal pose under zero action (pybullet 3.2.7, dt 5 ms, 10 solver iterations,
-robot-ground friction 0.5); ``tests/test_robots.py`` checks that each one stands.
+robot-ground friction 0.5); ``tests/env/test_robots.py`` checks that each one stands.
 """
 
 from __future__ import annotations
