@@ -12,15 +12,15 @@ import threading
 import numpy as np
 import pytest
 import torch
-from stable_baselines3 import PPO, SAC, TD3
+from _runner_common import ID, SMALL_ENV
+from _runner_common import make_sac as shared_make_sac
+from stable_baselines3 import PPO, TD3
 from stable_baselines3.common.callbacks import BaseCallback
 
 from unilab_gym import AsyncRunner, CollectorError, SharedReplayBuffer
 
 ray = pytest.importorskip("ray")
 
-ID = "UniLab/Quadruped-v0"
-SMALL_ENV = dict(max_episode_steps=20, envs_per_cluster=4)
 K = 2
 WORKERS = {f"unilab-ingest-{w}" for w in range(K)}
 
@@ -34,11 +34,8 @@ def ingest_threads():
 
 
 def make_sac(**kwargs):
-    from unilab_gym.sb3.vec_env import make_sb3_env
-
-    env = make_sb3_env(ID, 1, seed=0, **SMALL_ENV)
-    settings = dict(batch_size=32, policy_kwargs=dict(net_arch=[32, 32]), buffer_size=5_000, learning_starts=10)
-    return SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, seed=0, **{**settings, **kwargs})
+    """The shared quick SAC (tests/helpers/_runner_common.py), learning from the 10th transition by default."""
+    return shared_make_sac(**{"learning_starts": 10, **kwargs})
 
 
 def runner_for(model, **kwargs):

@@ -15,17 +15,17 @@ import warnings
 import psutil
 import pytest
 import torch
-from stable_baselines3 import PPO, SAC
+from _runner_common import ID, SMALL_ENV
+from _runner_common import make_sac as shared_make_sac
+from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 
-from unilab_gym import AsyncRunner, CollectorError, SharedReplayBuffer
+from unilab_gym import AsyncRunner, CollectorError
 from unilab_gym.runtime.ray_collector import STAGE_PREFIX
 
 ray = pytest.importorskip("ray")
 Cluster = pytest.importorskip("ray.cluster_utils").Cluster
 
-ID = "UniLab/Quadruped-v0"
-SMALL_ENV = dict(max_episode_steps=20, envs_per_cluster=4)
 COLLECTOR = {"collector": 1}
 #: Ray's node health check, shortened so a killed node is declared dead in a few seconds (read at process start;
 #: Ray's defaults take ~30 s). Not shorter: a healthy node's raylet must miss 5 checks in a row (over 2.5 s without an
@@ -88,11 +88,8 @@ def nodes():
 
 
 def make_sac(**kwargs):
-    from unilab_gym.sb3.vec_env import make_sb3_env
-
-    env = make_sb3_env(ID, 1, seed=0, **SMALL_ENV)
-    settings = dict(batch_size=32, policy_kwargs=dict(net_arch=[32, 32]), buffer_size=5_000, learning_starts=10)
-    return SAC("MlpPolicy", env, replay_buffer_class=SharedReplayBuffer, seed=0, **{**settings, **kwargs})
+    """The shared quick SAC (tests/helpers/_runner_common.py), learning from the 10th transition by default."""
+    return shared_make_sac(**{"learning_starts": 10, **kwargs})
 
 
 def ray_runner(model, **kwargs):
