@@ -174,6 +174,8 @@ class RayCollectorPool(CollectorPool):
         self._in_flight: dict[Any, tuple[int, int, int]] = {}  # ref -> (collector, generation, seq)
         self._arrived: list[dict[int, Any]] = [{} for _ in range(n)]  # seq -> result, waiting for earlier ones
         self._acked_version = [0] * n
+        # the first weight version sent to each collector's current actor (0: none yet): it never acts with an older one
+        self._sent_version = [0] * n
         self._progress_seen = [-1] * n
         self._node_of: list[str] = [""] * n
         self._pid_of: list[int | None] = [None] * n
@@ -228,7 +230,7 @@ class RayCollectorPool(CollectorPool):
             self._next_seq[c] = self._next_ingest[c] = self._pending[c] = 0
             self._arrived[c] = {}
             _on_ready(run, self._inbox, ("run", c, self._generation[c]))
-        self._acked_version[c] = 0
+        self._acked_version[c] = self._sent_version[c] = 0
         self._progress_seen[c] = -1
         self._node_of[c], self._pid_of[c], self._host_of[c] = "", None, ""
         self._table.rows[c, PROGRESS_NS] = time.monotonic_ns()  # its heartbeat runs from now: start-up counts
@@ -285,6 +287,18 @@ class RayCollectorPool(CollectorPool):
         """Newest published version (0 before the first :meth:`publish_weights`)."""
         return self._version
 
+    def policy_lag(self) -> int:
+        """Published version minus the oldest version a collector acts with (0 if none acts yet).
+
+        As :meth:`CollectorPool.policy_lag`, except that an actor counts from the first version sent to it: it reports
+        the version it acts with only in its next answer, and it applies a request's weights before acting on it, so
+        until that answer arrives the version sent is its floor. Without it, an actor whose first report was still in
+        flight did not count, the learner published on, and the report then showed a lag above ``max_policy_lag``.
+        """
+        versions = np.maximum(self._table.rows[:, VERSION], np.asarray(self._sent_version, np.int64))
+        acting = versions[versions > 0]
+        return max(0, self._version - int(acting.min())) if acting.size else 0
+
     # ------------------------------------------------------------------ counters and status
     @property
     def counters(self) -> CounterTable:
@@ -331,6 +345,8 @@ class RayCollectorPool(CollectorPool):
                 # on every request until the actor has it: a request's signals (a grant) apply only after
                 # its weights. In a list: the actor gets the ref, and its node fetches the object once.
                 weights = (self._version, [self._weights_ref])
+                if not self._sent_version[c]:
+                    self._sent_version[c] = self._version
             ref = actor.exchange.remote((self._next_seq[c], signals, totals, weights))
             self._in_flight[ref] = (c, self._generation[c], self._next_seq[c])
             self._next_seq[c] += 1
