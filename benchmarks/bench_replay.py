@@ -8,9 +8,10 @@ each number the median over rounds:
 - ``shared``: ``unilab_gym.SharedReplayBuffer(n_envs=64)`` (same SB3 add/sample API);
 - ``shared_opt``: the same with ``optimize_memory_usage=True`` (each observation stored once,
   final observations in a side table; issue 18);
-- ``shared_v1``: ``SharedReplayBuffer`` as of ``--baseline-rev`` (default ``HEAD``, read with
-  ``git show`` into a temporary package), to check that this version costs nothing on the
-  48-float path; skipped outside a git checkout;
+- ``shared_v1``: ``SharedReplayBuffer`` as of ``--baseline-rev`` (default :data:`BASELINE_REV`, the
+  revision before issue 18's replay v2 landed; read with ``git show`` into a temporary package), to
+  check that this version costs nothing on the 48-float path; skipped outside a git checkout or
+  for a revision without ``integrations/sb3_replay.py`` (0.1's layout);
 - ``storage``: the raw ``unilab_gym.replay.ReplayStorage`` (``add`` of 64 rows,
   ``TorchSampler`` to CPU tensors), the path collectors and learners use directly;
 - ``tianshou``: Tianshou ``VectorReplayBuffer(buffer_num=64)`` (``Batch.to_torch_`` after sampling);
@@ -162,7 +163,7 @@ class SharedOptimized(Shared):
         self.buf = SharedReplayBuffer(capacity, obs, act, "cpu", n_envs=data.rows, seed=0, optimize_memory_usage=True)
 
 
-BASELINE_REV = "HEAD"
+BASELINE_REV = "2c4c7b7^"  # the parent of the commit that landed issue 18 (replay v2): replay v1
 _BASELINE_FILES = {  # and every module of unilab_gym/replay/ at that revision
     "unilab_gym/shm.py": "shm.py",
     "integrations/sb3_replay.py": "sb3_replay.py",
@@ -449,7 +450,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--only", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS), help="buffers to run")
     p.add_argument("--quick", action="store_true", help="small smoke run (capacity 20k, 3 rounds)")
     p.add_argument("--out", help="directory to write bench_replay.json and bench_replay.md (default: print only)")
-    p.add_argument("--baseline-rev", default="HEAD", help="git revision of the shared_v1 contender")
+    p.add_argument(
+        "--baseline-rev",
+        default=BASELINE_REV,
+        help="git revision of the shared_v1 contender (default: replay v1, before issue 18)",
+    )
     args = p.parse_args(argv)
     global BASELINE_REV
     BASELINE_REV = args.baseline_rev
