@@ -238,12 +238,24 @@ def summarize(runs: list[dict[str, float]], key: str) -> tuple[float, float, flo
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU model, cores, RAM and the versions of the packages that matter here."""
+    """CPU model, cores, RAM and the versions of the packages that matter here.
+
+    ``cpu_family`` / ``cpu_model`` (``/proc/cpuinfo``) tell CPU generations apart where the model name does
+    not (a virtual machine may report only "AMD EPYC": family 25 is Zen 3/4, 26 is Zen 5; absolute
+    env-steps/s differ between them, so compare figures from one run); ``avx512`` whether the CPU has
+    AVX-512F (numpy and torch dispatch on it).
+    """
     cpu = platform.processor()
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+        cpu = fields.get("model name", cpu)
+    except OSError:
         pass
     versions: dict[str, str | None] = {}
     for pkg in ("unilab-gym", "numpy", "gymnasium", "pybullet", "stable-baselines3", "torch", "tianshou"):
@@ -253,6 +265,9 @@ def machine_info() -> dict[str, Any]:
             versions[pkg] = None
     return {
         "cpu": cpu,
+        "cpu_family": fields.get("cpu family"),
+        "cpu_model": fields.get("model"),
+        "avx512": "avx512f" in fields.get("flags", "").split() if fields else None,
         "cores": psutil.cpu_count(logical=True),
         "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "python": platform.python_version(),
