@@ -77,6 +77,8 @@ DR = {
 #: The evaluation grid (``unilab-gym robustness --grid``), as in ``benchmarks/results/robustness/``.
 GRID = "friction=0.3:1.2:4,mass=-1:3:4"
 #: Configuration -> the key the value net reads.
+#: The keys of each evaluation episode kept in ``results.json`` (:func:`unilab_gym.cli.robustness.evaluate`'s records).
+RECORD_KEYS = ("cell", "return", "length", "termination", "fall_conditions")
 CONFIGS = {"asymmetric": "critic", "symmetric": "policy"}
 EVAL_SEED = 10_000
 
@@ -160,7 +162,8 @@ def train_and_evaluate(
         "success_rate": float(np.mean(successes)),
         "mean_return": float(np.mean([r["return"] for r in records])),
         "cells": summary,
-        "records": [{k: r[k] for k in ("cell", "return", "length", "termination")} for r in records],
+        # what the robustness summary reads back in report(): a fall's conditions too (a run with falls failed there)
+        "records": [{k: r[k] for k in RECORD_KEYS if k in r} for r in records],
     }
 
 
@@ -267,17 +270,20 @@ def markdown(payload: dict[str, Any]) -> str:
 
 
 def report(payload: dict[str, Any], out: Path) -> None:
-    """Write ``results.json``, ``results.md`` and one heat map per configuration (the seeds' episodes pooled)."""
+    """Write ``results.json``, ``results.md`` and one heat map per configuration (the seeds' episodes pooled).
+
+    The JSON is written first, so a run's figures survive a failure in the plotting.
+    """
     from unilab_gym.cli.robustness import parse_grid, summarize, write_heatmap
 
     out.mkdir(parents=True, exist_ok=True)
+    write_json(str(out / "results.json"), payload)
+    (out / "results.md").write_text(markdown(payload))
     axes = parse_grid(payload["settings"]["grid"])
     for config in CONFIGS:
         records = [rec for r in payload["runs"] if r["config"] == config for rec in r["records"]]
         if records:
             write_heatmap(out / f"heatmap_{config}.png", summarize(records, axes), axes)
-    write_json(str(out / "results.json"), payload)
-    (out / "results.md").write_text(markdown(payload))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
