@@ -200,6 +200,12 @@ def _baseline_class(rev: str) -> Any:
     return importlib.import_module("unilab_gym_baseline.sb3_replay").SharedReplayBuffer
 
 
+def set_baseline_rev(rev: str) -> None:
+    """Make ``rev`` the git revision of the ``shared_v1`` contender."""
+    global BASELINE_REV
+    BASELINE_REV = rev
+
+
 class SharedBaseline(Shared):
     name = "shared_v1"
 
@@ -453,11 +459,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--baseline-rev",
         default=BASELINE_REV,
-        help="git revision of the shared_v1 contender (default: replay v1, before issue 18)",
+        help="git revision of the shared_v1 contender (replay v1, before issue 18)",
     )
     args = p.parse_args(argv)
-    global BASELINE_REV
-    BASELINE_REV = args.baseline_rev
+    set_baseline_rev(args.baseline_rev)
     if args.quick:
         args.capacity, args.rounds, args.adds_per_round, args.samples_per_round = 20_000, 3, 20, 20
     report = run(args)
