@@ -1,6 +1,6 @@
 """UniLab vs stock Stable-Baselines3, side by side, on this machine, in one run.
 
-    python benchmarks/compare_sb3.py --quick      # about 3 minutes on 2 cores
+    python benchmarks/compare_sb3.py --quick      # 2-3 minutes on 2 idle cores (137 s on 2026-12-05)
     python benchmarks/compare_sb3.py              # the real numbers, under 30 minutes
     python benchmarks/compare_sb3.py --smoke      # well under a minute, for CI
     python benchmarks/compare_sb3.py --only env,replay --num-envs 64 --seeds 3
@@ -473,7 +473,7 @@ def figure(report: dict[str, Any]) -> Any:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="about 3 minutes on 2 cores")
+    mode.add_argument("--quick", action="store_true", help="2-3 minutes on 2 idle cores")
     mode.add_argument("--smoke", action="store_true", help="well under a minute: every configuration, tiny sizes")
     parser.add_argument("--only", default="env,replay,sac,ppo", help="comma-separated sections: env,replay,sac,ppo")
     parser.add_argument("--num-envs", type=int, default=None, help="envs per configuration (default 64; smoke 8)")
