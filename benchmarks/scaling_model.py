@@ -190,7 +190,8 @@ class Model:
             f"{self.versions_per_s:.1f} versions/s (the SAC runs of {i.get('broadcast_source', '-')})",
             f"- training: **{t['grad_steps_per_cpu_s']:,.0f} SAC gradient steps per CPU second** (batch "
             f"{t['batch_size']}, {t['torch_threads']} torch thread, this CPU; {t['grad_steps_per_s']:,.0f}/s of wall "
-            f"clock on the busy machine) at replay ratio {self.replay_ratio:.4g}: {self.train_cap:,.0f} transitions/s",
+            f"clock at the measurement's load) at replay ratio {self.replay_ratio:.4g}: {self.train_cap:,.0f} "
+            "transitions/s",
             f"- learner link: {self.link_gbit:g} Gbit/s (an assumption: 10 GbE)",
         ]
         return "\n".join(lines)
