@@ -1,7 +1,7 @@
 """AsyncRunner SAC with ``backend="process"`` vs ``backend="ray"`` (local Ray, ``ingest_workers`` 1 and 2), in one run.
 
-    python benchmarks/bench_ray.py            # 3 repeats x 64 * 300 env steps: ~12 min on 2 idle cores
-    python benchmarks/bench_ray.py --quick    # 2 repeats x 64 * 120 env steps: ~6 min, a smoke test (see below)
+    python benchmarks/bench_ray.py            # 3 repeats x 64 * 300 env steps: ~3-4 min on 2 idle cores
+    python benchmarks/bench_ray.py --quick    # 2 repeats x 64 * 120 env steps: a smoke test (see below)
     python benchmarks/bench_ray.py --replay-ratio 0.001   # collectors at full speed (the learner barely trains)
 
 All configurations run the same SAC as ``compare_sb3.py``'s ``AsyncRunner SAC (2 collectors)`` row:

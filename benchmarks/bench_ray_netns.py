@@ -39,7 +39,8 @@ replacements' first transitions), and with restarts off (seconds from the kill t
 health check is shortened for the cluster (``RAY_health_check_*``, as ``tests/runtime/test_ray_backend.py`` does).
 
 Two rounds over the profiles, interleaved (veth, 1gbit, 100mbit, veth, ...; ``--repeats``), medians per profile and
-measurement (the node kills run once, at the end of the first round): ~12 min on 2 cores in default mode, and no
+measurement (the node kills run once, at the end of the first round): ~6-7 min on 2 idle cores in default mode (365 s
+on 2026-12-05), and no
 round starts that would end past ``--max-minutes`` (12) on a slower machine; ~3 min with ``--quick`` (one round);
 the load is
 sampled before and after and a warning printed when the machine was busy (the learner, the collectors, Ray's

@@ -30,8 +30,8 @@ learner. Each variant is then measured on the same data and the same episodes:
 Prints a markdown table and writes it to ``<log-dir>/comparison.csv`` (one row per variant).
 
 Budget: the defaults (18,000 transitions, 4,000 gradient steps per learner, 3 learners) took
-about 290 s of CPU time in all, so a few minutes on 2 idle cores; 8.5-11.7 min of wall clock on
-2 cores at a load average of 9-13 (docs/replay-v2.md). The gradient steps set the pace.
+80-87 s of wall clock on 2 idle cores (two runs on 2026-12-05), 8.5-11.7 min on an older CPU at a load
+average of 9-13 (docs/replay-v2.md). The gradient steps set the pace.
 """
 
 from __future__ import annotations
@@ -84,8 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--total-steps",
         type=int,
         default=18_000,
-        help="transitions collected while the learners train; the default costs ~290 s of CPU time "
-        "(a few min on 2 idle cores, 8.5-11.7 min on 2 cores at load 9-13)",
+        help="transitions collected while the learners train; the default takes 80-87 s on 2 idle cores (2026-12-05)",
     )
     parser.add_argument("--learning-starts", type=int, default=2_000, help="random transitions before training")
     parser.add_argument("--replay-ratio", type=float, default=0.25, help="gradient steps per transition, every learner")
