@@ -1,7 +1,7 @@
 """PPO: AsyncRunner (2 collectors x 32 envs, lag 0 and 1) vs stock SB3, side by side, in one run.
 
-    python benchmarks/bench_ppo_async.py             # 3 seeds x 20 rollouts of 4,096 steps: ~15 min on 2 cores
-    python benchmarks/bench_ppo_async.py --quick     # 1 seed x 4 rollouts: ~2 min
+    python benchmarks/bench_ppo_async.py             # 3 seeds x 20 rollouts of 4,096 steps: ~7-10 min on 2 idle cores
+    python benchmarks/bench_ppo_async.py --quick     # 1 seed x 4 rollouts: ~1 min
     python benchmarks/bench_ppo_async.py --rollouts 40 --seeds 5
 
 Configurations, all with ``n_steps=64`` per env of 64 envs (rollouts of 4,096 transitions),
