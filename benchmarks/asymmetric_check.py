@@ -1,7 +1,7 @@
 """Asymmetric vs symmetric critic: PPO under domain randomization, same wall clock, robustness report.
 
     python benchmarks/asymmetric_check.py                  # 3 seeds x 2 critics x 5 min + evaluation, ~45 min
-    python benchmarks/asymmetric_check.py --minutes 3      # the committed run (benchmarks/results/asymmetric/)
+    python benchmarks/asymmetric_check.py --minutes 2 --parallel 2  # the committed run (results/asymmetric/)
     python benchmarks/asymmetric_check.py --quick          # smoke: 1 seed, 20 s of training, a 2 x 2 grid
 
 **Configurations.** Both train stock SB3 PPO with :class:`~unilab_gym.sb3.vec_env.AsymmetricActorCriticPolicy`
