@@ -76,9 +76,9 @@ DR = {
 }
 #: The evaluation grid (``unilab-gym robustness --grid``), as in ``benchmarks/results/robustness/``.
 GRID = "friction=0.3:1.2:4,mass=-1:3:4"
-#: Configuration -> the key the value net reads.
 #: The keys of each evaluation episode kept in ``results.json`` (:func:`unilab_gym.cli.robustness.evaluate`'s records).
 RECORD_KEYS = ("cell", "return", "length", "termination", "fall_conditions")
+#: Configuration -> the key the value net reads.
 CONFIGS = {"asymmetric": "critic", "symmetric": "policy"}
 EVAL_SEED = 10_000
 

@@ -40,14 +40,12 @@ health check is shortened for the cluster (``RAY_health_check_*``, as ``tests/ru
 
 Two rounds over the profiles, interleaved (veth, 1gbit, 100mbit, veth, ...; ``--repeats``), medians per profile and
 measurement (the node kills run once, at the end of the first round): ~6-7 min on 2 idle cores in default mode (365 s
-on 2026-12-05), and no
-round starts that would end past ``--max-minutes`` (12) on a slower machine; ~3 min with ``--quick`` (one round);
-the load is
-sampled before and after and a warning printed when the machine was busy (the learner, the collectors, Ray's
-daemons and the delay line share the 2 cores: read the ratios to the ``veth`` baseline more than the absolute
-figures). Everything started runs in the link's namespaces, and the link's tear-down kills it all (also on error,
-Ctrl-C or SIGTERM). Ray runs with its own temp dir (``RAY_TMPDIR``) and token (``RAY_AUTH_MODE=token``), so
-nothing of another Ray on the machine is touched. Writes ``ray_netns.json`` to ``--out``
+on 2026-12-05), and no round starts that would end past ``--max-minutes`` (12) on a slower machine; ~3 min with
+``--quick`` (one round); the load is sampled before and after and a warning printed when the machine was busy (the
+learner, the collectors, Ray's daemons and the delay line share the 2 cores: read the ratios to the ``veth`` baseline
+more than the absolute figures). Everything started runs in the link's namespaces, and the link's tear-down kills it
+all (also on error, Ctrl-C or SIGTERM). Ray runs with its own temp dir (``RAY_TMPDIR``) and token
+(``RAY_AUTH_MODE=token``), so nothing of another Ray on the machine is touched. Writes ``ray_netns.json`` to ``--out``
 (default ``benchmarks/results``).
 """
 
