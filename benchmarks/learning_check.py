@@ -1,6 +1,6 @@
 """Time to return: training wall clock until a walking policy, AsyncRunner against stock SB3.
 
-    python benchmarks/learning_check.py                  # 5 configurations x 3 seeds x 7 min: ~2 h 10 min, 2 cores
+    python benchmarks/learning_check.py                  # 5 configurations x 3 seeds x 7 min: ~2 h, 2 cores
     python benchmarks/learning_check.py --quick          # 1 seed, 45 s budget: ~6.5 min
     python benchmarks/learning_check.py --smoke          # CI: 8 envs, seconds of training, 50-step episodes
     python benchmarks/learning_check.py --only ppo --minutes 7 --seeds 5
@@ -72,14 +72,17 @@ ratio to stock of the same algorithm (a bound, ``<`` or ``>``, if only one of th
 
 **Budget arithmetic** for the default mode on 2 idle cores: 15 runs x (start-up ~10 s: spawn,
 imports, 64 envs, model; + 420 s of training; + ~12 evaluations, at 0, 40, ..., 420 s, x ~5-7 s for
-8 episodes of 1000 steps) = 15 x ~510 s = ~2 h 10 min; ``elapsed_s`` in the JSON is the real figure.
+8 episodes of 1000 steps) = 15 x ~440-530 s = 1 h 51 min (2026-12-05) to 2 h 12 min (2026-12-01's older CPU);
+``elapsed_s`` in the JSON is the real figure.
 PPO's runs come first (9 x ~510 s = ~77 min), then SAC's, and the JSON, table and plot are written
 after every run (``complete``, ``runs_done``, ``runs_planned``), so an interrupted run keeps every
 finished comparison. The issue asked for a default run within 60 min; on 2 cores that leaves each of
 the 15 runs ~3 min, and the first default run (3 min, 2026-12-01) showed no configuration reaches a
-walking return in 3 min: stock PPO trains at ~760-900 env-steps/s here (~150k env steps in 3 min)
-and starts walking at 200k-300k. In 7 min the async PPO configurations reach the threshold, and
-stock PPO in some seeds (the ratio is then a bound); ``--minutes 3`` is the 60-min screening run.
+walking return in 3 min: stock PPO trained at ~760-900 env-steps/s there (~150k env steps in 3 min)
+and starts walking at 200k-300k. In 7 min the async PPO configurations reached the threshold there, and
+stock PPO in one seed of three (the ratio was then a bound); on 2026-12-05's CPU (~3,300 env-steps/s for
+stock PPO) every seed of every configuration reached it, PPO's within 130 s and SAC's within 190 s.
+``--minutes 3`` is the 60-min screening run.
 ``--quick``: 5 x (10 + 45 + 4 x 5.5) s = 6.5 min.
 
 **Outputs** (``--out``, default ``benchmarks/results``): ``learning_check.json`` (``summary``: one

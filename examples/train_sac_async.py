@@ -31,8 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--total-steps",
         type=int,
         default=300_000,
-        help="env steps (transitions) to train for; the default takes ~18 min on 2 idle cores "
-        "(~280 env-steps/s in benchmarks/learning_check.py: the gradient steps set the pace)",
+        help="env steps (transitions) to train for; the default takes ~7 min on 2 idle cores "
+        "(~780 env-steps/s in benchmarks/learning_check.py, 2026-12-05: the gradient steps set the pace)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the collectors' envs")
     parser.add_argument("--num-collectors", type=int, default=2, help="collector processes (one per core)")

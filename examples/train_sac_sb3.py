@@ -28,8 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--total-steps",
         type=int,
         default=300_000,
-        help="env steps (transitions) to train for; the default takes ~22 min on 2 idle cores "
-        "(~230 env-steps/s in benchmarks/learning_check.py: the gradient steps set the pace)",
+        help="env steps (transitions) to train for; the default takes ~8 min on 2 idle cores "
+        "(~620 env-steps/s in benchmarks/learning_check.py, 2026-12-05: the gradient steps set the pace)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the envs")
     parser.add_argument("--num-envs", type=int, default=64, help="envs, stepped in this process")

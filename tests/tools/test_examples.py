@@ -316,7 +316,7 @@ def test_help_shows_the_step_budget_and_what_it_costs():
         [sys.executable, str(EXAMPLES / "train_ppo_sb3.py"), "--help"], capture_output=True, text=True, check=True
     ).stdout
     text = " ".join(out.split())  # argparse wraps lines
-    assert "(default: 1000000)" in text and "~22 min on 2 idle cores" in text
+    assert "(default: 1000000)" in text and "~5 min on 2 idle cores" in text
     assert "(default: runs/ppo_sb3/model)" in text
     assert "(default: None)" not in text and "(default: False)" not in text  # HelpFormatter leaves those out
 
