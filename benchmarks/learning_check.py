@@ -74,7 +74,7 @@ ratio to stock of the same algorithm (a bound, ``<`` or ``>``, if only one of th
 imports, 64 envs, model; + 420 s of training; + ~12 evaluations, at 0, 40, ..., 420 s, x ~5-7 s for
 8 episodes of 1000 steps) = 15 x ~440-530 s = 1 h 51 min (2026-12-05) to 2 h 12 min (2026-12-01's older CPU);
 ``elapsed_s`` in the JSON is the real figure.
-PPO's runs come first (9 x ~510 s = ~77 min), then SAC's, and the JSON, table and plot are written
+PPO's runs come first (9 x ~440-510 s = 66-77 min), then SAC's, and the JSON, table and plot are written
 after every run (``complete``, ``runs_done``, ``runs_planned``), so an interrupted run keeps every
 finished comparison. The issue asked for a default run within 60 min; on 2 cores that leaves each of
 the 15 runs ~3 min, and the first default run (3 min, 2026-12-01) showed no configuration reaches a

@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=1_000_000,
         help="env steps (transitions) to train for; the default takes ~3 min on 2 idle cores "
-        "(~5,800 env-steps/s at lag 1, ~5,400 at lag 0, in benchmarks/learning_check.py, 2026-12-05)",
+        "(~6,400 env-steps/s at lag 1, ~5,400 at lag 0, in benchmarks/learning_check.py, 2026-12-05)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the collectors' envs")
     parser.add_argument("--num-collectors", type=int, default=2, help="collector processes (one per core)")
