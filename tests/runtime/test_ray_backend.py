@@ -227,13 +227,27 @@ def test_node_death_restarts_collectors_on_another_node_and_training_completes(n
         replacement.append(nodes.add_worker())  # a second worker node, then the first one dies
         nodes.kill(first)
 
-    cb = AtStep(100, kill)
+    class KillThenTrainOn(AtStep):
+        """Kills the first node at step 100, then stops training 100 steps after both collectors were restarted.
+
+        A fixed ``learn(400)`` raced the kill: on a fast machine the collectors had delivered all 400 transitions
+        while the second node started, so training ended before Ray declared the first node dead (CI, 2026-12-05).
+        """
+
+        def _on_step(self):
+            super()._on_step()
+            if self.restarted_at is None and runner.metrics.collector_restarts == 2:
+                self.restarted_at = self.num_timesteps
+            return self.restarted_at is None or self.num_timesteps < self.restarted_at + 100
+
+    cb = KillThenTrainOn(100, kill)
+    cb.restarted_at = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with ray_runner(model, max_collector_restarts=2) as runner:
-            runner.learn(400, callback=cb)
+            runner.learn(100_000, callback=cb)  # ends through the callback; a lost restart fails on the hang check
             status = runner.collector_status()
-            assert model.num_timesteps == 400
+            assert cb.restarted_at is not None and model.num_timesteps >= cb.restarted_at + 100
             assert {s["node_id"] for s in status} == {replacement[0].node_id}
             assert sum(s["restarts"] for s in status) == runner.metrics.collector_restarts == 2
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning) and "restarting" in str(w)]
