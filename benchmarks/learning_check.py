@@ -238,7 +238,7 @@ def build(
     from stable_baselines3.common.vec_env import VecNormalize
 
     from unilab_gym import AsyncRunner, SharedReplayBuffer
-    from unilab_gym.integrations.sb3 import make_sb3_env
+    from unilab_gym.sb3.vec_env import make_sb3_env
 
     common: dict[str, Any] = dict(seed=seed, device="cpu", verbose=0)
     model: Any
