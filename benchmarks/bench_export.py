@@ -57,10 +57,11 @@ from unilab_gym.export import PolicyNet, distill, export_c_header, export_onnx, 
 from unilab_gym.export.to_onnx import env_observations, onnx_bytes, onnx_latency_us, onnx_metadata, run_onnx
 from unilab_gym.sb3.vec_env import AsymmetricActorCriticPolicy, AsymmetricSACPolicy, make_sb3_env
 
-# the export tests' helper compiles a header with a test main() and runs it on observations
+# the export tests' helpers: compile a header with a test main() and run it; their VecNormalize statistics
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
 from _c_policy import STRICT, run_binary
 from _c_policy import compile_header as _compile_header
+from _export_setup import random_action_statistics
 
 ID = "UniLab/Quadruped-v0"
 PARTS = ("teacher", "nanrule", "untrained", "asym")
@@ -214,12 +215,7 @@ def _perturb(model: Any, scale: float) -> Any:
 def part_untrained(out: Path) -> dict[str, float]:
     """tests/tools/test_export.py's models (net [32, 32], ELU for PPO / A2C, perturbed 0.3) and VecNormalize."""
     env = make_sb3_env(ID, 2, seed=0)
-    venv = VecNormalize(make_sb3_env(ID, 4, seed=1), clip_obs=5.0)
-    venv.reset()
-    rng = np.random.default_rng(0)
-    for _ in range(100):
-        venv.step(rng.uniform(-1, 1, (4, 12)).astype(np.float32))
-    venv.training = False
+    venv = random_action_statistics(VecNormalize(make_sb3_env(ID, 4, seed=1), clip_obs=5.0), 100)
     res: dict[str, float] = {}
     for cls in (SAC, TD3, DDPG, PPO, A2C):
         kwargs = {"activation_fn": torch.nn.ELU} if cls in (PPO, A2C) else {}
@@ -231,16 +227,6 @@ def part_untrained(out: Path) -> dict[str, float]:
     env.close()
     venv.close()
     return res
-
-
-def _collect(venv: VecNormalize, steps: int) -> VecNormalize:
-    """``venv`` after ``steps`` steps of seeded uniform random actions, its statistics then frozen."""
-    venv.reset()
-    rng = np.random.default_rng(0)
-    for _ in range(steps):
-        venv.step(rng.uniform(-1, 1, (venv.num_envs, 12)).astype(np.float32))
-    venv.training = False
-    return venv
 
 
 def _parity_obs(venv: VecNormalize, clip: float) -> tuple[np.ndarray, float]:
@@ -285,7 +271,7 @@ def _asym_row(model: Any, venv: VecNormalize, obs: np.ndarray, folder: Path) -> 
 def part_asym(out: Path, sizes: dict[str, Any]) -> dict[str, Any]:
     res: dict[str, Any] = {}
     # untrained, tests/tools/test_export_privileged.py's fixtures (clip_obs 3, critic statistics shifted)
-    venv = _collect(VecNormalize(make_sb3_env(ID, 4, seed=1, privileged_obs=True), clip_obs=3.0), 60)
+    venv = random_action_statistics(VecNormalize(make_sb3_env(ID, 4, seed=1, privileged_obs=True), clip_obs=3.0), 60)
     venv.obs_rms["critic"].mean = venv.obs_rms["critic"].mean + 1.0
     venv.obs_rms["critic"].var = venv.obs_rms["critic"].var * 4.0
     obs, clipped = _parity_obs(venv, 3.0)

@@ -19,6 +19,7 @@ onnx = pytest.importorskip("onnx")
 
 import torch  # noqa: E402
 from _c_policy import SENTINEL, STRICT, compile_header, run_binary, run_header  # noqa: E402
+from _export_setup import random_action_statistics  # noqa: E402
 from stable_baselines3 import A2C, DDPG, PPO, SAC, TD3  # noqa: E402
 from stable_baselines3.common.vec_env import VecNormalize  # noqa: E402
 
@@ -62,12 +63,7 @@ def env():
 @pytest.fixture(scope="module")
 def vecnormalize():
     """VecNormalize statistics of 100 random-action steps (mean and variance far from 0 and 1)."""
-    venv = VecNormalize(make_sb3_env("UniLab/Quadruped-v0", 4, seed=1), clip_obs=5.0)
-    venv.reset()
-    rng = np.random.default_rng(0)
-    for _ in range(100):
-        venv.step(rng.uniform(-1, 1, (4, 12)).astype(np.float32))
-    venv.training = False
+    venv = random_action_statistics(VecNormalize(make_sb3_env("UniLab/Quadruped-v0", 4, seed=1), clip_obs=5.0), 100)
     yield venv
     venv.close()
 

@@ -16,6 +16,7 @@ pytest.importorskip("onnx")
 
 import torch
 from _c_policy import run_header
+from _export_setup import random_action_statistics
 from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.vec_env import VecNormalize
 
@@ -34,15 +35,6 @@ ID = "UniLab/Quadruped-v0"
 CLIP_OBS = 3.0
 
 
-def _collect_statistics(venv: VecNormalize, steps: int = 60) -> VecNormalize:
-    venv.reset()
-    rng = np.random.default_rng(0)
-    for _ in range(steps):
-        venv.step(rng.uniform(-1, 1, (venv.num_envs, 12)).astype(np.float32))
-    venv.training = False
-    return venv
-
-
 @pytest.fixture(scope="module")
 def dict_vecnormalize():
     """A VecNormalize over the Dict of privileged_obs=True, with statistics of 60 random-action steps.
@@ -50,7 +42,9 @@ def dict_vecnormalize():
     The critic's first 48 columns are the policy observation, so their statistics would be nearly the
     policy's: they are shifted, so that a net folding in the wrong key's statistics gives other actions.
     """
-    venv = _collect_statistics(VecNormalize(make_sb3_env(ID, 4, seed=1, privileged_obs=True), clip_obs=CLIP_OBS))
+    venv = random_action_statistics(
+        VecNormalize(make_sb3_env(ID, 4, seed=1, privileged_obs=True), clip_obs=CLIP_OBS), 60
+    )
     venv.obs_rms["critic"].mean = venv.obs_rms["critic"].mean + 1.0
     venv.obs_rms["critic"].var = venv.obs_rms["critic"].var * 4.0
     yield venv
@@ -151,7 +145,7 @@ def test_cli_exports_an_asymmetric_model_with_dict_statistics(model, dict_vecnor
 
 def test_statistics_of_the_other_observation_are_refused(dict_vecnormalize, tmp_path):
     flat_env = make_sb3_env(ID, 2, seed=0)
-    flat_stats = _collect_statistics(VecNormalize(make_sb3_env(ID, 2, seed=1)), steps=5)
+    flat_stats = random_action_statistics(VecNormalize(make_sb3_env(ID, 2, seed=1)), 5)
     try:
         flat = PPO("MlpPolicy", flat_env, n_steps=16, batch_size=32, device="cpu", seed=0)
         asymmetric = _model("PPO", dict_vecnormalize)
@@ -177,7 +171,9 @@ def test_statistics_of_the_other_observation_are_refused(dict_vecnormalize, tmp_
 
 def test_a_policy_key_left_unnormalized_is_left_unnormalized(tmp_path):
     """``norm_obs_keys=["critic"]``: SB3 passes ``"policy"`` through, so the export folds in no statistics."""
-    venv = _collect_statistics(VecNormalize(make_sb3_env(ID, 2, seed=1, privileged_obs=True), norm_obs_keys=["critic"]))
+    venv = random_action_statistics(
+        VecNormalize(make_sb3_env(ID, 2, seed=1, privileged_obs=True), norm_obs_keys=["critic"]), 60
+    )
     try:
         model = _model("SAC", venv)
         obs = env_observations()[:2000]
