@@ -111,12 +111,13 @@ class Zero:
 
 
 def part_teacher(prefix: str, out: Path, sizes: dict[str, Any]) -> dict[str, Any]:
+    """The ``teacher`` part (module docstring): the PPO at ``prefix`` exported, distilled, evaluated, sized."""
     zip_, pkl = prefix + ".zip", prefix + "_vecnormalize.pkl"
     model = PPO.load(zip_, device="cpu")
     res: dict[str, Any] = {}
     t = time.perf_counter()
     teacher_onnx = export_onnx(model, out / "teacher" / "policy.onnx", vecnormalize=pkl)
-    res["teacher_parity"] = float(onnx_metadata(teacher_onnx)["parity_max_abs_diff"])  # F135, F138
+    res["teacher_parity"] = float(onnx_metadata(teacher_onnx)["parity_max_abs_diff"])
     res["teacher_export_s"] = time.perf_counter() - t
     result = distill(model, vecnormalize=pkl, eval_episodes=sizes["eval_episodes"], **sizes["distill"])
     res["distill_metrics"] = result.metrics
@@ -183,6 +184,7 @@ class WhereRule(PolicyNet):
 
 
 def part_nanrule(prefix: str) -> dict[str, Any]:
+    """The ``nanrule`` part: graph nodes and batch-1 p50 / p99 (µs) of the teacher with, without and another rule."""
     import onnx
 
     model = PPO.load(prefix + ".zip", device="cpu")
@@ -269,6 +271,7 @@ def _asym_row(model: Any, venv: VecNormalize, obs: np.ndarray, folder: Path) -> 
 
 
 def part_asym(out: Path, sizes: dict[str, Any]) -> dict[str, Any]:
+    """The ``asym`` part: :func:`_asym_row` of four asymmetric policies under a dict ``VecNormalize``."""
     res: dict[str, Any] = {}
     # untrained, tests/tools/test_export_privileged.py's fixtures (clip_obs 3, critic statistics shifted)
     venv = random_action_statistics(VecNormalize(make_sb3_env(ID, 4, seed=1, privileged_obs=True), clip_obs=3.0), 60)
@@ -296,7 +299,7 @@ def part_asym(out: Path, sizes: dict[str, Any]) -> dict[str, Any]:
     )
     res["PPO_untrained"] = _asym_row(ppo, venv, obs, out / "asym" / "ppo_untrained")
     venv.close()
-    # briefly trained under the VecNormalize (clip_obs 10, [64, 64], 4 envs): the settings the 2026-12-02 note gives
+    # briefly trained under the VecNormalize (clip_obs 10, [64, 64], 4 envs), as the first measurement (2026-12-02)
     for name, steps in sizes["asym_steps"].items():
         venv = VecNormalize(make_sb3_env(ID, 4, seed=1, privileged_obs=True), clip_obs=10.0)
         if name == "SAC":
