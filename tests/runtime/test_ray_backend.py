@@ -234,6 +234,8 @@ def test_node_death_restarts_collectors_on_another_node_and_training_completes(n
         while the second node started, so training ended before Ray declared the first node dead (CI, 2026-12-05).
         """
 
+        restarted_at = None  # num_timesteps when both restarts were counted
+
         def _on_step(self):
             super()._on_step()
             if self.restarted_at is None and runner.metrics.collector_restarts == 2:
@@ -241,7 +243,6 @@ def test_node_death_restarts_collectors_on_another_node_and_training_completes(n
             return self.restarted_at is None or self.num_timesteps < self.restarted_at + 100
 
     cb = KillThenTrainOn(100, kill)
-    cb.restarted_at = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with ray_runner(model, max_collector_restarts=2) as runner:
